@@ -1,0 +1,162 @@
+"""Typed access to ``params.yaml``.
+
+Every stage owns one top-level section of ``params.yaml`` and one dataclass that types it (fields carry
+their help text in ``metadata["help"]``).  ``load_section`` turns the YAML mapping into that dataclass and
+rejects unknown keys, so a typo in ``params.yaml`` is an error that names the section and the key, never a
+silently ignored setting.  ``SECTIONS`` lists every section so one test can parse them all.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_PARAMS = PROJECT_ROOT / "params.yaml"
+
+# section name in params.yaml -> "module:DataclassName" (imported lazily: TVM/torch stay out of start-up)
+SECTIONS: dict[str, str] = {
+    "project": "little_dragon.config:ProjectConfig",
+    "timing": "little_dragon.tvmx.timing:TimingConfig",
+}
+
+
+class ConfigError(ValueError):
+    """A params.yaml section that does not match its dataclass."""
+
+
+def field(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any = dataclasses.MISSING):
+    """A dataclass field with help text (shown by ``dragon params --explain``)."""
+    kw: dict[str, Any] = {"metadata": {"help": help}}
+    if default_factory is not dataclasses.MISSING:
+        kw["default_factory"] = default_factory
+    else:
+        kw["default"] = default
+    return dataclasses.field(**kw)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProjectConfig:
+    name: str = field("little-dragon", help="Project name; also the MLflow experiment prefix.")
+    model_name: str = field("little-dragon", help="Name of the model in the MLflow Model Registry.")
+    artifacts_dir: str = field("artifacts", help="Where pipeline stages write their outputs (DVC outs).")
+    seed: int = field(0, help="Global seed; stages derive their own seeds from it.")
+
+
+def params_path() -> Path:
+    return Path(os.environ.get("DRAGON_PARAMS", DEFAULT_PARAMS))
+
+
+def read_params(path: str | os.PathLike | None = None) -> dict[str, Any]:
+    p = Path(path) if path else params_path()
+    try:
+        with open(p) as f:
+            data = yaml.safe_load(f) or {}
+    except FileNotFoundError as e:
+        raise ConfigError(f"{p}: params file not found") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: top level must be a mapping of sections")
+    return data
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(f"{where}: {value!r} matches none of {tp}")
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+        return from_dict(tp, value, where)
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        inner = args[0] if args else Any
+        items = [_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        vt = args[1] if len(args) == 2 else Any
+        return {k: _coerce(v, vt, f"{where}.{k}") for k, v in value.items()}
+    if origin is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"{where}: {value!r} is not one of {list(args)}")
+        return value
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, str, bool) and not isinstance(value, tp):
+        raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}")
+    if tp is int and isinstance(value, bool):
+        raise ConfigError(f"{where}: expected int, got {value!r}")
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any], where: str) -> T:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(names)}")
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {e}") from e
+
+
+def section_class(name: str) -> type:
+    try:
+        spec = SECTIONS[name]
+    except KeyError as e:
+        raise ConfigError(f"params.yaml: no section named {name!r}; known: {sorted(SECTIONS)}") from e
+    mod, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(mod), attr)
+
+
+def load_section(name: str, cls: type[T] | None = None, path: str | os.PathLike | None = None,
+                 overrides: dict[str, Any] | None = None) -> T:
+    """Read section ``name`` of params.yaml as its dataclass (missing keys take the dataclass defaults)."""
+    cls = cls or section_class(name)
+    raw = dict(read_params(path).get(name) or {})
+    raw.update(overrides or {})
+    return from_dict(cls, raw, f"{path or params_path()}:{name}")
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def flat_params(cfg: Any, prefix: str = "") -> dict[str, Any]:
+    """Flatten a config dataclass into ``a.b.c -> value`` for MLflow params."""
+    out: dict[str, Any] = {}
+    for k, v in to_dict(cfg).items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            for k2, v2 in v.items():
+                out[f"{key}.{k2}"] = v2
+        else:
+            out[key] = v
+    return out

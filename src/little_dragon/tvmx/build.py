@@ -1,0 +1,31 @@
+"""Building scheduled TensorIR for a target, fast.
+
+MetaSchedule's default build function imports ``tvm.s_tir.tensor_intrin`` (13-22 s) in every fresh builder
+worker, so the default ``LocalBuilder`` times out on every candidate.  ``fast_build`` does the same two
+steps (strip layout-rewrite blocks, ``tvm.tirx.build``) without that import; the builder pickles it by
+reference into its workers.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def fast_build(mod: Any, target: Any, _params: Any = None) -> Any:
+    """The MetaSchedule ``f_build`` hook: returns a runtime Module (``tvm.compile`` returns an Executable
+    that cannot be exported by the builder)."""
+    import tvm
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    return tvm.tirx.build(mod, target=target)
+
+
+def local_builder(max_workers: int, timeout_sec: float):
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.builder.LocalBuilder(max_workers=max_workers, timeout_sec=timeout_sec, f_build=fast_build)
+
+
+def import_tensor_intrinsics() -> None:
+    """Register the tensor-core intrinsics (needed to load or apply tensor-core traces); slow, once."""
+    import tvm.s_tir.tensor_intrin  # noqa: F401

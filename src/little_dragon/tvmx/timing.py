@@ -1,0 +1,91 @@
+"""The one timing protocol: harvest candidates, baselines and the evaluator are all timed by it.
+
+It is MetaSchedule's own runner protocol (``run_evaluator_common``: ``time_evaluator`` with ``number``
+runs per repeat, ``repeat`` repeats, ``min_repeat_ms``), so a latency measured by the evaluator is
+comparable with the ``run_secs`` of the harvested tuning records.  On CUDA ``time_evaluator`` times with
+device events.  ``alloc_repeat`` input sets are rotated so a kernel cannot be timed on a warm cache only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from typing import Any, Sequence
+
+from little_dragon.config import field
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingConfig:
+    number: int = field(3, help="Kernel runs per timed repeat (time_evaluator 'number').")
+    repeat: int = field(5, help="Timed repeats; the reported latency is their median.")
+    min_repeat_ms: int = field(20, help="Grow 'number' until one repeat lasts at least this long.")
+    enable_cpu_cache_flush: bool = field(False, help="Flush the CPU cache before each repeat (llvm only).")
+    alloc_repeat: int = field(1, help="Distinct random input sets, rotated between repeats.")
+    timeout_sec: float = field(30.0, help="Runner timeout per candidate, seconds.")
+
+    def evaluator_config(self):
+        from tvm.s_tir import meta_schedule as ms
+
+        return ms.runner.EvaluatorConfig(
+            number=self.number, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
+            enable_cpu_cache_flush=self.enable_cpu_cache_flush,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Latency:
+    """Per-repeat latencies (seconds) and their summary."""
+
+    samples: tuple[float, ...]
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def median_us(self) -> float:
+        return self.median_s * 1e6
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median: how stable the measurement was."""
+        m = self.median_s
+        return (max(self.samples) - min(self.samples)) / m if m > 0 else math.inf
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"median_us": self.median_us, "min_us": min(self.samples) * 1e6,
+                "max_us": max(self.samples) * 1e6, "spread": self.spread, "repeats": len(self.samples)}
+
+
+def random_args(args_info: Sequence[Any], dev: Any, alloc_repeat: int = 1) -> list[list[Any]]:
+    """Allocate ``alloc_repeat`` sets of random input tensors like MetaSchedule's runner does."""
+    import tvm
+    from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
+
+    f_random_fill = tvm.get_global_func("tvm.contrib.random.random_fill", True)
+    if f_random_fill is None:
+        raise RuntimeError("TVM was built without tvm.contrib.random.random_fill")
+    infos = [a.as_json() if hasattr(a, "as_json") else a for a in args_info]
+    return alloc_argument_common(f_random_fill, dev, infos, alloc_repeat)
+
+
+def time_module(rt_mod: Any, dev: Any, repeated_args: list[list[Any]], cfg: TimingConfig) -> Latency:
+    """Time the module's entry function with MetaSchedule's evaluator protocol."""
+    from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
+
+    costs = run_evaluator_common(rt_mod, dev, cfg.evaluator_config(), repeated_args)
+    if not costs or any(not math.isfinite(c) or c <= 0 for c in costs):
+        raise RuntimeError(f"timer returned invalid costs {costs}")
+    return Latency(tuple(float(c) for c in costs))
+
+
+def measure(rt_mod: Any, prim_func: Any, target_spec: Any, cfg: TimingConfig) -> Latency:
+    """Allocate random inputs for ``prim_func``'s signature on the target's device and time ``rt_mod``."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from little_dragon.tvmx import target as tgt
+
+    dev = tgt.device(target_spec)
+    args = random_args(ms.arg_info.ArgInfo.from_prim_func(prim_func), dev, cfg.alloc_repeat)
+    return time_module(rt_mod, dev, args, cfg)
