@@ -1,0 +1,98 @@
+"""Crash containment for TVM work: long-lived worker processes, each the leader of its own process group.
+
+TVM's builders and runners fork helper processes; a hang or a segfault anywhere in that tree must cost
+one task, never the caller.  ``WorkerPool`` runs tasks in ``pebble`` worker processes (replaced when one
+dies or times out) and, on a timeout or crash, kills the worker's whole process group so no orphaned
+builder keeps a core busy.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import multiprocessing
+import os
+import signal
+import traceback
+from typing import Any, Callable
+
+import pebble
+
+_PGID_FILE_ENV = "DRAGON_SANDBOX_PGID_DIR"
+
+
+def _init_worker(initializer: Callable[[], None] | None) -> None:
+    os.setsid()  # own process group: everything this worker forks can be killed as one
+    if initializer is not None:
+        initializer()
+
+
+@dataclasses.dataclass
+class TaskOutcome:
+    ok: bool
+    value: Any = None
+    kind: str = ""        # "" | "timeout" | "crash" | "error"
+    message: str = ""
+
+
+def _run_reporting_pgid(pgid_path: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    with open(pgid_path, "w") as f:
+        f.write(str(os.getpgrp()))
+    return fn(*args, **kwargs)
+
+
+class WorkerPool:
+    """``pebble.ProcessPool`` with process-group kill on timeout/crash and outcomes instead of exceptions."""
+
+    def __init__(self, max_workers: int = 1, initializer: Callable[[], None] | None = None,
+                 state_dir: str | None = None):
+        import tempfile
+
+        self._dir = state_dir or tempfile.mkdtemp(prefix="dragon-sandbox-")
+        self._n = 0
+        self.pool = pebble.ProcessPool(max_workers=max_workers, initializer=_init_worker,
+                                       initargs=(initializer,), context=multiprocessing.get_context("spawn"))
+
+    def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None, **kwargs: Any) -> TaskOutcome:
+        """Run ``fn(*args, **kwargs)`` in a worker; block for its outcome."""
+        self._n += 1
+        pgid_path = os.path.join(self._dir, f"task-{os.getpid()}-{id(self)}-{self._n}.pgid")
+        fut = self.pool.schedule(_run_reporting_pgid, args=(pgid_path, fn, args, kwargs), timeout=timeout)
+        try:
+            return TaskOutcome(True, fut.result())
+        except concurrent.futures.TimeoutError:
+            self._kill_group(pgid_path)
+            return TaskOutcome(False, kind="timeout", message=f"killed after {timeout:.0f} s")
+        except pebble.ProcessExpired as e:
+            self._kill_group(pgid_path)
+            return TaskOutcome(False, kind="crash", message=f"worker died: {e} (exit code {e.exitcode})")
+        except Exception as e:  # noqa: BLE001 - the task's own exception, reported not raised
+            tb = getattr(e, "traceback", None) or traceback.format_exc()
+            return TaskOutcome(False, kind="error", message=f"{type(e).__name__}: {e}\n{tb}"[-6000:])
+        finally:
+            try:
+                os.remove(pgid_path)
+            except OSError:
+                pass
+
+    @staticmethod
+    def _kill_group(pgid_path: str) -> None:
+        try:
+            with open(pgid_path) as f:
+                pgid = int(f.read().strip())
+        except (OSError, ValueError):
+            return
+        if pgid > 1 and pgid != os.getpgrp():
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def close(self) -> None:
+        self.pool.stop()
+        self.pool.join(timeout=10)
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
