@@ -1,0 +1,23 @@
+# The two commands (README): `make pipeline` runs the whole job on the embedded CPU default,
+# `make test` runs the tests. Both set everything up first (scripts/bootstrap.sh, idempotent).
+SHELL := /bin/bash
+VENV := .venv
+export DVC_NO_ANALYTICS := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export GX_ANALYTICS_ENABLED := false
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: setup pipeline test test-fast lint clean-artifacts
+
+setup:
+	bash scripts/bootstrap.sh
+
+pipeline: setup
+	dvc pull -q data.dvc || true
+	dvc repro
+
+test: setup
+	bash scripts/run-tests.sh
+
+test-fast: setup
+	bash scripts/run-tests.sh -m "not slow"
