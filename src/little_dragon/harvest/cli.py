@@ -17,6 +17,8 @@ def add_parser(sub) -> None:
     p.add_argument("--trials", type=int, help="override trials_per_workload")
     p.add_argument("--max-workloads", type=int, help="override max_workloads")
     p.add_argument("--orchestrator", choices=["prefect", "local"], help="override the fan-out engine")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                   help="override any harvest field, e.g. --set builder_workers=16 (repeatable)")
     p.add_argument("--metrics", help="write summary metrics JSON here (DVC metrics)")
     p.add_argument("--plot", help="write a per-family speedup plot (PNG) here")
     p.set_defaults(func=main)
@@ -26,6 +28,7 @@ def main(args) -> int:
     import pandas as pd
 
     from little_dragon import atomic, tracking
+    from little_dragon.cli import UserError
     from little_dragon.config import flat_params, load_section
     from little_dragon.harvest.run import run_harvest
     from little_dragon.harvest.summary import harvest_metrics, plot_speedups
@@ -40,6 +43,14 @@ def main(args) -> int:
         overrides["max_workloads"] = args.max_workloads
     if args.orchestrator:
         overrides["orchestrator"] = args.orchestrator
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UserError(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value
     cfg = load_section("harvest", overrides=overrides)
     timing = load_section("timing")
     wl_path = Path(args.workloads)

@@ -89,7 +89,7 @@ def harvest_one(pool: Any, row: dict[str, Any], out: Path, cfg: HarvestConfig, t
     from little_dragon.harvest.tune import tune_workload
 
     wid = row["workload_id"]
-    stage = out / ".staging" / wid
+    stage = out / ".staging" / f"{wid}.{os.getpid()}"  # never shared with a worker of an earlier run
     t0 = time.perf_counter()
     outcome = pool.run(tune_workload, wid, row["tvmscript"], cfg.target, dataclasses.asdict(cfg),
                        dataclasses.asdict(timing), seed, str(stage), timeout=cfg.workload_timeout_sec)

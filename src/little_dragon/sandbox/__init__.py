@@ -22,8 +22,26 @@ _PGID_FILE_ENV = "DRAGON_SANDBOX_PGID_DIR"
 
 def _init_worker(initializer: Callable[[], None] | None) -> None:
     os.setsid()  # own process group: everything this worker forks can be killed as one
+    _die_with_parent()
     if initializer is not None:
         initializer()
+
+
+def _die_with_parent() -> None:
+    """A worker outliving its caller (killed with SIGKILL, say) would keep tuning and writing: when the
+    parent goes away, kill this worker's whole process group (TVM builder/runner children included)."""
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 
 @dataclasses.dataclass
