@@ -1,12 +1,7 @@
 """``dragon harvest``: real MetaSchedule tuning of the workload store, resumable."""
 from __future__ import annotations
 
-import dataclasses
 import json
-import logging
-from pathlib import Path
-
-log = logging.getLogger(__name__)
 
 
 def add_parser(sub) -> None:
@@ -25,13 +20,8 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
-    import pandas as pd
-
-    from little_dragon import atomic, tracking
     from little_dragon.cli import UserError
-    from little_dragon.config import flat_params, load_section
-    from little_dragon.harvest.run import run_harvest
-    from little_dragon.harvest.summary import harvest_metrics, plot_speedups
+    from little_dragon.harvest.stage import harvest_stage
     from little_dragon.tvmx import target as tgt
 
     overrides = {}
@@ -51,25 +41,6 @@ def main(args) -> int:
             overrides[key] = json.loads(value)
         except json.JSONDecodeError:
             overrides[key] = value
-    cfg = load_section("harvest", overrides=overrides)
-    timing = load_section("timing")
-    wl_path = Path(args.workloads)
-    if not wl_path.exists():
-        raise FileNotFoundError(f"{wl_path}: workload store not found (run `dragon workloads` first)")
-    workloads = pd.read_parquet(wl_path)
-    out_root = Path(args.out or cfg.out_dir)
-    with tracking.stage_run("harvest", params={**flat_params(cfg), **flat_params(timing, "timing.")},
-                            inputs={"workloads": wl_path}, tags={"target": json.dumps(cfg.target)}) as mlf:
-        res = run_harvest(cfg, timing, workloads, out_root)
-        metrics = harvest_metrics(res.out_dir, workloads)
-        summary = {k: v for k, v in metrics.items() if k != "families"}
-        if mlf is not None:
-            mlf.log_metrics({**summary, "tuned_now": res.tuned_now, "skipped": res.skipped})
-            tracking.log_outputs(mlf, {"harvest": res.out_dir})
-        if args.metrics:
-            atomic.write_json(args.metrics, {"target_key": res.out_dir.name, **metrics})
-        if args.plot:
-            plot_speedups(res.out_dir, workloads, args.plot)
-    log.info("harvest done: %s", json.dumps(dataclasses.asdict(res), default=str))
-    print(json.dumps({"out_dir": str(res.out_dir), **summary}))
-    return 0 if res.ok > 0 or not len(workloads) else 1
+    res = harvest_stage(args.workloads, args.out, overrides, args.metrics, args.plot)
+    print(json.dumps(res))
+    return 0 if res["ok"] > 0 else 1
