@@ -16,6 +16,7 @@ import sys
 # subcommand -> module that defines add_parser(subparsers) and main(args)
 COMMANDS: dict[str, str] = {
     "params": "little_dragon.params_cli",
+    "workloads": "little_dragon.workloads.cli",
     "harvest": "little_dragon.harvest.cli",
 }
 
