@@ -249,9 +249,10 @@ def conv2d_transpose(s, dtype):
 
 @family("pool2d", ALL, "n c h w kernel stride pad pool",
         lambda s: 1.0 * s["n"] * s["c"] * s["kernel"] ** 2 * _conv_out(s["h"], s["kernel"], s["stride"], s["pad"])
-        * _conv_out(s["w"], s["kernel"], s["stride"], s["pad"]))
+        * _conv_out(s["w"], s["kernel"], s["stride"], s["pad"]),
+        accepts=lambda s, dtype: not (s["pool"] == "avg" and dtype == "int8"))
 def pool2d(s, dtype):
-    """Max or average 2-D pooling, NCHW (average pools count padding, accumulate in float32 / int32)."""
+    """Max or average 2-D pooling, NCHW (average pools count padding and accumulate in float32; int8 is max only)."""
     _, topi = _te()
     if s["pool"] not in ("max", "avg"):
         raise SpecError(f"pool2d: pool must be max or avg, got {s['pool']!r}")

@@ -86,11 +86,16 @@ GRAPH_MODELS: dict[str, Callable[[], tuple[Any, tuple[Any, ...]]]] = {
 COMPUTE_OPS = re.compile(r"matmul|conv|softmax|norm|mean|tanh|sigmoid|exp|erf|rsqrt|pool|sum|dense|gelu|silu")
 
 
+MASK_OPS = re.compile(r"equal|bitwise|logical|index_tensor|cumsum|arange")
+
+
 def is_trivial(task_name: str, flops: float, out_elems: int) -> bool:
     if flops <= 0:
         return True
     if COMPUTE_OPS.search(task_name):
         return False
+    if MASK_OPS.search(task_name):
+        return True
     return flops <= out_elems  # at most one operation per output element: a residual add or a mask
 
 
