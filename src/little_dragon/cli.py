@@ -18,6 +18,8 @@ COMMANDS: dict[str, str] = {
     "params": "little_dragon.params_cli",
     "workloads": "little_dragon.workloads.cli",
     "harvest": "little_dragon.harvest.cli",
+    "datasets": "little_dragon.datasets.cli",
+    "quality": "little_dragon.quality.cli",
 }
 
 

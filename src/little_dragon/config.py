@@ -28,6 +28,8 @@ SECTIONS: dict[str, str] = {
     "timing": "little_dragon.tvmx.timing:TimingConfig",
     "workloads": "little_dragon.workloads.config:WorkloadsConfig",
     "harvest": "little_dragon.harvest.config:HarvestConfig",
+    "datasets": "little_dragon.datasets.config:DatasetsConfig",
+    "quality": "little_dragon.quality.config:QualityConfig",
 }
 
 

@@ -1,0 +1,1 @@
+"""SFT datasets: construction and refinement examples from harvests, group splits and the sealed set."""

@@ -1,0 +1,1 @@
+"""Data-quality gates: Great Expectations suites over workloads, harvest records and training examples."""
