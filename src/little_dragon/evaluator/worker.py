@@ -1,0 +1,309 @@
+"""Code that runs inside a pool worker: one evaluation from a decoded trace to a categorised raw result.
+
+Workers are long-lived (tvm is imported once in the fork server they fork from; the tensor intrinsics
+once per worker).  Every stage runs under a SIGALRM watchdog with the default action (terminate): a
+kernel or compiler stuck in C++ cannot ignore it, and the pool sees a worker that died of SIGALRM (a
+timeout) and replaces it.  The current phase is written to ``<phase_dir>/<pid>`` so a worker that dies
+(segfault, abort, watchdog) is charged to the right category.  Measurements hold an exclusive ``flock``
+on the device's lock file; the kernel releases it when a holder dies, so a crash never wedges the lock.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import resource
+import secrets
+import signal
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PHASES = ("start", "apply", "verify", "build", "reference", "run", "baseline")
+TEST_HOOK_PREFIX = "#dragon-test:"
+
+
+@dataclasses.dataclass
+class _State:
+    cfg: Any
+    timing: Any
+    target: Any                 # tvm.target.Target
+    target_kind: str
+    lock_path: Path
+    phase_fd: int
+    test_hooks: bool
+    intrinsics_loaded: bool = False
+    modules: dict = dataclasses.field(default_factory=dict)
+    references: dict = dataclasses.field(default_factory=dict)
+
+
+_S: _State | None = None
+
+
+def init_worker(cfg: Any, timing_cfg: Any, target: dict, phase_dir: str, lock_path: str, test_hooks: bool) -> None:
+    """pebble initializer: limits, watchdog disposition, long-lived state."""
+    global _S
+    import tvm
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)      # Ctrl-C is the caller's business
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)     # the watchdog terminates, whatever C++ is doing
+    kind = target["kind"]
+    if cfg.memory_limit_gb > 0 and kind != "cuda":
+        limit = int(cfg.memory_limit_gb * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    fd = os.open(os.path.join(phase_dir, str(os.getpid())), os.O_CREAT | os.O_WRONLY, 0o644)
+    _S = _State(cfg, timing_cfg, tvm.target.Target(target), kind, Path(lock_path), fd, test_hooks)
+    if cfg.preload_tensor_intrinsics == "always" or (cfg.preload_tensor_intrinsics == "auto" and kind == "cuda"):
+        _load_intrinsics()
+    _set_phase("start")
+
+
+def _set_phase(name: str) -> None:
+    os.pwrite(_S.phase_fd, name.ljust(16).encode(), 0)
+
+
+def _arm(seconds: float) -> None:
+    signal.setitimer(signal.ITIMER_REAL, max(float(seconds), 0.001))
+
+
+def _disarm() -> None:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _load_intrinsics() -> None:
+    if not _S.intrinsics_loaded:
+        import tvm.s_tir.tensor_intrin  # noqa: F401
+
+        _S.intrinsics_loaded = True
+
+
+@contextmanager
+def _device_lock():
+    with open(_S.lock_path, "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _short(e: BaseException, limit: int = 1200) -> str:
+    text = f"{type(e).__name__}: {e}".strip()
+    # TVM errors end with the useful line; keep the tail
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def describe_device() -> str:
+    """A stable name of the measuring device (part of the cache key)."""
+    import tvm
+
+    if _S.target_kind == "cuda":
+        dev = tvm.cuda(0)
+        return f"cuda:{dev.device_name}" if dev.exist else "cuda:absent"
+    model = "cpu"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model} x{_S.target.attrs.get('num-cores', os.cpu_count())}"
+
+
+def _workload(key: str, script: str):
+    mod = _S.modules.get(key)
+    if mod is None:
+        from tvm.script import from_source
+
+        mod = from_source(script)
+        if not hasattr(mod, "functions_items"):
+            import tvm
+
+            mod = tvm.IRModule({"main": mod})
+        if len(_S.modules) > 64:
+            _S.modules.clear()
+            _S.references.clear()
+        _S.modules[key] = mod
+    return mod
+
+
+def _reference(key: str, mod: Any):
+    from little_dragon.evaluator.numerics import build_reference
+
+    ref = _S.references.get(key)
+    if ref is None:
+        ref = _S.references[key] = build_reference(mod)
+    return ref
+
+
+def _fail(res: dict, category: str, phase: str, msg: str) -> dict:
+    res.update(category=category, phase=phase, message=msg)
+    return res
+
+
+def evaluate(task: dict) -> dict:
+    """Apply, verify, build, check and time one decoded trace. Never raises for a bad script."""
+    try:
+        return _evaluate(task)
+    finally:
+        _disarm()
+        _set_phase("start")
+
+
+def _evaluate(task: dict) -> dict:
+    import tvm
+    from tvm.s_tir import Schedule, Trace
+
+    from little_dragon.evaluator import numerics, roofline
+    from little_dragon.evaluator.postproc import postprocs_for, run_postprocs
+    from little_dragon.tvmx import timing
+    from little_dragon.tvmx.build import fast_build
+
+    cfg = _S.cfg
+    res: dict[str, Any] = {"category": None, "message": "", "phase": None, "phase_s": {}}
+    clock = time.perf_counter
+    trace_text = task["trace_text"]
+    hook = task.get("hook") if _S.test_hooks else None
+
+    t0 = clock()
+    _set_phase("apply")
+    _arm(cfg.build_timeout_s)
+    mod = _workload(task["workload_key"], task["workload_script"])
+    if "ensorize" in trace_text and not _S.intrinsics_loaded:
+        _disarm()  # a one-off per worker, not the script's fault
+        _load_intrinsics()
+        _arm(cfg.build_timeout_s)
+    if hook is None:
+        try:
+            sch = Schedule(mod)
+            Trace.apply_json_to_schedule(json.loads(trace_text), sch)
+        except Exception as e:  # noqa: BLE001  anything a model writes
+            return _fail(res, "apply_error", "apply", _short(e))
+        res["phase_s"]["apply"] = clock() - t0
+
+        t1 = clock()
+        _set_phase("verify")
+        try:
+            rejected = run_postprocs(sch, postprocs_for(mod, _S.target, trace_text))
+        except Exception as e:  # noqa: BLE001
+            return _fail(res, "verify_error", "verify", _short(e))
+        if rejected:
+            return _fail(res, "verify_error", "verify", f"post-processor {rejected} rejected the schedule")
+        res["phase_s"]["verify"] = clock() - t1
+
+        t1 = clock()
+        _set_phase("build")
+        try:
+            rt_mod = fast_build(sch.mod, _S.target)
+        except Exception as e:  # noqa: BLE001
+            return _fail(res, "build_error", "build", _short(e))
+        res["phase_s"]["build"] = clock() - t1
+    _disarm()
+
+    flops, nbytes = roofline.workload_flops_bytes(mod)
+    peak = cfg.roofline_peaks.get(_S.target_kind)
+    bound_s = roofline.bound_seconds(flops, nbytes, peak) if peak else 0.0
+    res["roofline_bound_us"] = bound_s * 1e6
+    dev = tvm.cuda(0) if _S.target_kind == "cuda" else tvm.cpu(0)
+    tol_of = cfg.tolerances
+    func = mod["main"]
+
+    def check_once(ref) -> bool:
+        seed = secrets.randbits(32)
+        res["input_seed"] = seed
+        arrays = numerics.random_arrays(ref, np.random.default_rng(seed))
+        _set_phase("reference")
+        expected = numerics.run_reference(ref, arrays)
+        _set_phase("run")
+        try:
+            got = numerics.run_candidate(rt_mod, dev, ref, arrays)
+        except Exception as e:  # noqa: BLE001
+            _fail(res, "runtime_error", "run", _short(e))
+            return False
+        worst = 0.0
+        for i, out, exp in zip(ref.outputs, got, expected):
+            dt = ref.param_dtypes[i]
+            ok, msg, err = numerics.compare(out, exp, dt, tol_of.get(dt))
+            worst = max(worst, err)
+            if not ok:
+                res["max_abs_err"] = err
+                _fail(res, "wrong_result", "run", f"output {func.params[i].name}: {msg}")
+                return False
+        res["max_abs_err"] = worst
+        return True
+
+    def time_once(tcfg) -> Any:
+        _set_phase("run")
+        try:
+            return timing.measure(rt_mod, func, {"kind": _S.target_kind}, tcfg)
+        except Exception as e:  # noqa: BLE001
+            _fail(res, "runtime_error", "run", "timing: " + _short(e))
+            return None
+
+    # the CPU reference disturbs CPU timing but not the GPU: build it outside the lock, run it inside
+    t1 = clock()
+    _set_phase("reference")
+    _arm(cfg.run_timeout_s)
+    ref = _reference(task["workload_key"], mod)
+    _disarm()
+    res["phase_s"]["reference_build"] = clock() - t1
+    with _device_lock():
+        t1 = clock()
+        _arm(cfg.run_timeout_s)
+        if hook == "hang":
+            _set_phase("run")
+            while True:
+                time.sleep(3600)
+        if hook == "abort":
+            _set_phase("run")
+            os.abort()
+        if not check_once(ref):
+            return res
+        res["phase_s"]["check"] = clock() - t1
+        t1 = clock()
+        lat = time_once(_S.timing)
+        if lat is None:
+            return res
+        res["phase_s"]["timing"] = clock() - t1
+        implausible = lat.median_s < bound_s / cfg.roofline_slack
+        if implausible and cfg.remeasure_implausible:
+            # fresh inputs again, rotated input sets, cold caches: a real kernel stays fast, a fluke does not
+            _arm(cfg.run_timeout_s)
+            if not check_once(ref):
+                return res
+            strict = dataclasses.replace(_S.timing, alloc_repeat=max(3, _S.timing.alloc_repeat),
+                                         enable_cpu_cache_flush=_S.target_kind == "llvm")
+            lat = time_once(strict)
+            if lat is None:
+                return res
+            implausible = lat.median_s < bound_s / cfg.roofline_slack
+        res.update(category="correct", latency_s=list(lat.samples), latency_us=lat.median_us, spread=lat.spread,
+                   implausible=bool(implausible))
+        if implausible:
+            res["message"] = (f"latency {lat.median_us:.3g} us beats the roofline bound {bound_s * 1e6:.3g} us "
+                              f"({flops:.3g} FLOP, {nbytes:.3g} B): speed not rewarded")
+        _disarm()
+    return res
+
+
+def measure_workload_baseline(task: dict) -> dict:
+    """Time the workload's baseline (see baseline.py) under the device lock."""
+    from little_dragon.evaluator.baseline import measure_baseline
+
+    try:
+        _set_phase("baseline")
+        mod = _workload(task["workload_key"], task["workload_script"])
+        with _device_lock():
+            _arm(_S.cfg.run_timeout_s)
+            lat, kind = measure_baseline(mod, _S.target, _S.timing)
+        return {"us": lat.median_us, "kind": kind, "spread": lat.spread}
+    except Exception as e:  # noqa: BLE001  reported, never raised: the caller still scores the script
+        return {"error": _short(e)}
+    finally:
+        _disarm()
+        _set_phase("start")
