@@ -17,7 +17,6 @@ import sys
 COMMANDS: dict[str, str] = {
     "params": "little_dragon.params_cli",
     "evaluate": "little_dragon.evaluator.cli",
-    "evaluate": "little_dragon.evaluator.cli",
     "workloads": "little_dragon.workloads.cli",
     "harvest": "little_dragon.harvest.cli",
     "datasets": "little_dragon.datasets.cli",

@@ -27,7 +27,6 @@ SECTIONS: dict[str, str] = {
     "project": "little_dragon.config:ProjectConfig",
     "timing": "little_dragon.tvmx.timing:TimingConfig",
     "evaluator": "little_dragon.evaluator.config:EvaluatorConfig",
-    "evaluator": "little_dragon.evaluator.config:EvaluatorConfig",
     "workloads": "little_dragon.workloads.config:WorkloadsConfig",
     "harvest": "little_dragon.harvest.config:HarvestConfig",
     "datasets": "little_dragon.datasets.config:DatasetsConfig",
