@@ -32,8 +32,16 @@ def main(args) -> int:
         cfg = dataclasses.replace(cfg, profile=args.profile)
 
     from little_dragon import tracking
+    from little_dragon.cli import UserError
+    from little_dragon.config import params_path
+    from little_dragon.workloads.families import SpecError
     from little_dragon.workloads.generate import PARQUET, SUMMARY, family_counts, generate_workloads
+    from little_dragon.workloads.profiles import profile_specs
 
+    try:  # reject a bad profile/family name before an MLflow run is opened for it
+        profile_specs(dataclasses.replace(cfg, samples_per_family=0))
+    except SpecError as e:
+        raise UserError(f"{params_path()}: {e}") from e
     out = Path(args.out)
     with tracking.stage_run("workloads", params=flat_params(cfg, "workloads.")) as mlflow:
         t0 = time.perf_counter()
