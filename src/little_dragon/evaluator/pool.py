@@ -50,6 +50,8 @@ class EvalRequest:
 class _Workload:
     key: str          # decimal tvm_ffi.structural_hash (the workload store's structural_hash)
     script: str       # TVMScript the workers parse
+    flops: float      # of one call (roofline guard)
+    nbytes: float     # arguments' bytes (roofline guard)
 
 
 def _project_path(p: str) -> Path:
@@ -87,9 +89,6 @@ class Evaluator:
         lock_dir.mkdir(parents=True, exist_ok=True)
         self.lock_path = lock_dir / f"dragon-measure-{self.kind}-0.lock"
         self._phase_dir = tempfile.mkdtemp(prefix="dragon-eval-phases-")
-        self.protocol = hashlib.sha1(json.dumps(
-            [EVALUATOR_VERSION, dataclasses.asdict(self.timing_cfg), dataclasses.asdict(self.cfg)["tolerances"],
-             self.cfg.remeasure_implausible], sort_keys=True).encode()).hexdigest()[:12]
         self._baselines: dict[str, dict] = {}
         self._workloads: dict[int, _Workload] = {}
         ctx = multiprocessing.get_context("forkserver")
@@ -104,6 +103,20 @@ class Evaluator:
         # backstop over the in-worker watchdogs: lock waiting and a lazy intrinsic import are not budgeted
         self._task_timeout = (self.cfg.build_timeout_s + 3 * self.cfg.run_timeout_s
                               + self.pool_size * self.cfg.run_timeout_s + 180.0)
+
+    @property
+    def protocol(self) -> str:
+        """What makes a cached result stale: the timing protocol, tolerances, the roofline guard."""
+        c = dataclasses.asdict(self.cfg)
+        return hashlib.sha1(json.dumps(
+            [EVALUATOR_VERSION, dataclasses.asdict(self.timing_cfg), c["tolerances"], c["roofline_peaks"],
+             c["roofline_slack"], c["remeasure_implausible"]], sort_keys=True).encode()).hexdigest()[:12]
+
+    def roofline_bound_s(self, w: "_Workload") -> float:
+        from little_dragon.evaluator.roofline import bound_seconds
+
+        peak = self.cfg.roofline_peaks.get(self.kind)
+        return bound_seconds(w.flops, w.nbytes, peak) if peak else 0.0
 
     # ---------------------------------------------------------------- lifecycle
     def close(self) -> None:
@@ -134,7 +147,7 @@ class Evaluator:
         # refinement: the scripts being refined are scored first (cached, so paid once)
         refs = {(w.key, r.reference_script): (w, r.reference_script)
                 for w, r in zip(workloads, requests) if r.reference_script is not None}
-        ref_raw = dict(zip(refs, self._raw_batch(list(refs.values()))))
+        ref_raw = {k: v[0] for k, v in zip(refs, self._raw_batch(list(refs.values())))}
         raws = self._raw_batch([(w, r.script) for w, r in zip(workloads, requests)])
         self._fill_baselines(workloads, raws)
         elapsed = time.perf_counter() - t0
@@ -165,7 +178,9 @@ class Evaluator:
         h = structural_hash(workload)
         w = self._workloads.get(h)
         if w is None:
-            w = self._workloads[h] = _Workload(str(h), workload.script())
+            from little_dragon.evaluator.roofline import workload_flops_bytes
+
+            w = self._workloads[h] = _Workload(str(h), workload.script(), *workload_flops_bytes(workload))
         return w
 
     def _raw_batch(self, items: list[tuple[_Workload, str]]) -> list[tuple[dict, bool, float]]:
@@ -197,7 +212,8 @@ class Evaluator:
                     slots.append((hit, True, time.perf_counter() - t0))
                     continue
             if key not in pending:
-                task = {"workload_key": w.key, "workload_script": w.script, "trace_text": canonical, "hook": hook}
+                task = {"workload_key": w.key, "workload_script": w.script, "trace_text": canonical, "hook": hook,
+                        "bound_s": self.roofline_bound_s(w), "roofline_slack": self.cfg.roofline_slack}
                 fut = self._pool.schedule(worker.evaluate, args=(task,), timeout=self._task_timeout)
                 pending[key] = (fut, t0, canonical, w, "")
             slots.append(key)

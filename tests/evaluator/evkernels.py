@@ -1,0 +1,61 @@
+"""Real TVM workloads and real traces (MetaSchedule design spaces, Schedule-API edits) for the tests."""
+from __future__ import annotations
+
+import json
+
+LLVM = {"kind": "llvm", "num-cores": 2}
+
+
+def matmul(n: int = 128, m: int | None = None, k: int | None = None, dtype: str = "float32"):
+    import tvm
+    from tvm import te
+
+    m, k = m or n, k or n
+    A = te.placeholder((n, k), name="A", dtype=dtype)
+    B = te.placeholder((k, m), name="B", dtype=dtype)
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    return tvm.IRModule({"main": te.create_prim_func([A, B, C])})
+
+
+def softmax(m: int = 64, n: int = 128):
+    import tvm
+    from tvm import te, topi
+
+    X = te.placeholder((m, n), name="X")
+    return tvm.IRModule({"main": te.create_prim_func([X, topi.nn.softmax(X)])})
+
+
+def script_of(sch) -> str:
+    """A real trace as the script text the model would write (codec text once the codec has landed)."""
+    from little_dragon.evaluator.script import encode_script
+    from little_dragon.tvmx.trace_json import trace_to_json
+
+    return encode_script(trace_to_json(sch.trace))
+
+
+def design_space_scripts(mod, target=LLVM, seed: int = 1) -> list[str]:
+    """MetaSchedule's own design space for ``mod`` (sampled decisions): tuned-search starting points."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from little_dragon.evaluator.postproc import light_tune_context
+
+    kind = "llvm" if target["kind"] == "llvm" else "cuda"
+    sg = ms.space_generator.PostOrderApply(sch_rules=kind, postprocs=kind, mutator_probs=kind)
+    spaces = light_tune_context(mod, tvm.target.Target(target), sg, rand_state=seed).generate_design_space()
+    return [script_of(s) for s in spaces]
+
+
+def schedule(mod, edit) -> str:
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(mod)
+    edit(sch)
+    return script_of(sch)
+
+
+def trace_json(script: str):
+    from little_dragon.evaluator.script import decode_script
+
+    return decode_script(script)
