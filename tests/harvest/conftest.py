@@ -4,13 +4,9 @@ import pytest
 
 
 def _row(name: str, family: str, mod) -> dict:
-    from little_dragon.workloads.store import workload_id_of
+    from little_dragon.workloads.store import describe_module
 
-    import tvm
-
-    return {"workload_id": workload_id_of(mod), "family": family, "name": name, "source": "test",
-            "dtype": "float32", "shapes": "{}", "flops": 0.0, "bytes": 0.0,
-            "structural_hash": str(tvm.ir.structural_hash(mod)), "tvmscript": mod.script()}
+    return describe_module(mod, family=family, name=name, source="test")
 
 
 @pytest.fixture(scope="session")
@@ -49,7 +45,7 @@ def harvest_cfg():
     from little_dragon.harvest.config import HarvestConfig
 
     return HarvestConfig(target={"kind": "llvm", "num-cores": 2}, trials_per_workload=4, trials_per_iter=4,
-                         builder_workers=2, workload_timeout_sec=240.0, orchestrator="local", cost_model="random")
+                         builder_workers=2, workload_timeout_sec=600.0, orchestrator="local", cost_model="random")
 
 
 @pytest.fixture()

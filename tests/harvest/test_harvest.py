@@ -134,3 +134,22 @@ def test_consolidate_ignores_a_torn_staging_folder(tmp_path, tiny_workloads, har
     (stage / "candidates.jsonl").write_text('{"trial": 0')
     counts = consolidate(res.out_dir, list(tiny_workloads["workload_id"].head(1)) + ["wdeadbeef"])
     assert counts["ok"] == 1 and counts["records"] == res.records
+
+
+def test_prefect_fanout_runs_one_task_per_workload(tmp_path, tiny_workloads, harvest_cfg, timing_cfg):
+    """The default orchestrator: each workload is a Prefect task run, visible in the (local) Prefect API."""
+    import dataclasses
+
+    from prefect.client.orchestration import get_client
+    from prefect.testing.utilities import prefect_test_harness
+
+    cfg = dataclasses.replace(harvest_cfg, orchestrator="prefect", trials_per_workload=2, trials_per_iter=2)
+    wl = tiny_workloads.tail(2)
+    with prefect_test_harness(server_startup_timeout=120):
+        res = run_harvest(cfg, timing_cfg, wl, tmp_path)
+        with get_client(sync_client=True) as client:
+            runs = client.read_task_runs()
+    assert res.ok == 2
+    names = sorted(r.name for r in runs if r.name.startswith("tune-"))
+    assert names == sorted(f"tune-{w}" for w in wl["workload_id"])
+    assert all(r.state.is_completed() for r in runs if r.name.startswith("tune-"))

@@ -27,6 +27,7 @@ class HarvestConfig:
     orchestrator: Literal["prefect", "local"] = field(
         "prefect", help="Fan out workloads as Prefect tasks ('prefect') or a plain loop ('local').")
     max_concurrent_workloads: int = field(
-        1, help="Workloads tuned at once. Keep 1 per measuring device: measurements must not overlap.")
+        1, help="Workloads tuned at once (their builds and searches overlap; measurements on one device "
+                "never do: the runner holds a per-device lock while timing).")
     seed: int = field(0, help="Tuning seed (each workload gets seed + its index).")
     out_dir: str = field("artifacts/harvest", help="Root folder; results go to <out_dir>/<target_key>/.")

@@ -18,7 +18,7 @@ from typing import Any
 
 def _candidate_recorder(path: Path):
     from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.meta_schedule.utils import derived_object
+    from tvm.ir.utils import derived_object
 
     from little_dragon.tvmx.trace_json import dumps, trace_to_json
 
@@ -62,7 +62,7 @@ def tune_workload(workload_id: str, tvmscript: str, target: dict[str, Any], harv
     from little_dragon.evaluator.baseline import measure_baseline
     from little_dragon.harvest.config import HarvestConfig
     from little_dragon.tvmx.build import local_builder
-    from little_dragon.tvmx.timing import TimingConfig
+    from little_dragon.tvmx.timing import TimingConfig, local_runner
     from little_dragon.workloads.store import module_from_script
 
     t0 = time.perf_counter()
@@ -86,8 +86,7 @@ def tune_workload(workload_id: str, tvmscript: str, target: dict[str, Any], harv
         max_trials_global=hcfg.trials_per_workload,
         num_trials_per_iter=min(hcfg.trials_per_iter, hcfg.trials_per_workload),
         builder=local_builder(hcfg.builder_workers, hcfg.build_timeout_sec),
-        runner=ms.runner.LocalRunner(timeout_sec=tcfg.timeout_sec, evaluator_config=tcfg.evaluator_config(),
-                                     alloc_repeat=tcfg.alloc_repeat),
+        runner=local_runner(tcfg),
         database=database,
         cost_model=hcfg.cost_model,
         measure_callbacks=callbacks,

@@ -7,10 +7,14 @@ device events.  ``alloc_repeat`` input sets are rotated so a kernel cannot be ti
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import math
+import os
 import statistics
-from typing import Any, Sequence
+import tempfile
+from typing import Any, Iterator, Sequence
 
 from little_dragon.config import field
 
@@ -70,11 +74,40 @@ def random_args(args_info: Sequence[Any], dev: Any, alloc_repeat: int = 1) -> li
     return alloc_argument_common(f_random_fill, dev, infos, alloc_repeat)
 
 
-def time_module(rt_mod: Any, dev: Any, repeated_args: list[list[Any]], cfg: TimingConfig) -> Latency:
-    """Time the module's entry function with MetaSchedule's evaluator protocol."""
+@contextlib.contextmanager
+def device_lock(dev: Any) -> Iterator[None]:
+    """Exclusive use of one device for timing, across processes (harvest workers, evaluator workers):
+    builds run in parallel, measurements on one device never overlap.  An OS file lock, released by the
+    kernel if the holder dies."""
+    lock_dir = os.environ.get("DRAGON_MEASURE_LOCK_DIR", tempfile.gettempdir())
+    path = os.path.join(lock_dir, f"dragon-measure-{str(dev).replace(':', '-')}.lock")
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def locked_run_evaluator(rt_mod: Any, device: Any, evaluator_config: Any, repeated_args: list) -> list[float]:
+    """MetaSchedule's ``f_run_evaluator`` hook: its own protocol, under the device lock."""
     from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
 
-    costs = run_evaluator_common(rt_mod, dev, cfg.evaluator_config(), repeated_args)
+    with device_lock(device):
+        return run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
+
+
+def local_runner(cfg: TimingConfig):
+    """MetaSchedule LocalRunner with the project's protocol and device lock."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.runner.LocalRunner(timeout_sec=cfg.timeout_sec, evaluator_config=cfg.evaluator_config(),
+                                 alloc_repeat=cfg.alloc_repeat, f_run_evaluator=locked_run_evaluator)
+
+
+def time_module(rt_mod: Any, dev: Any, repeated_args: list[list[Any]], cfg: TimingConfig) -> Latency:
+    """Time the module's entry function with MetaSchedule's evaluator protocol, under the device lock."""
+    costs = locked_run_evaluator(rt_mod, dev, cfg.evaluator_config(), repeated_args)
     if not costs or any(not math.isfinite(c) or c <= 0 for c in costs):
         raise RuntimeError(f"timer returned invalid costs {costs}")
     return Latency(tuple(float(c) for c in costs))
