@@ -43,8 +43,6 @@ class EvaluatorConfig:
                                            "worker starts: always | never | auto (on CUDA targets; on llvm "
                                            "lazily when a trace tensorizes).")
     cache_path: str = field("artifacts/evaluator/cache.sqlite", help="sqlite result cache ('' disables).")
-    lock_dir: str = field("", help="Folder of per-device measurement lock files ('' = next to the cache, or "
-                                   "the temp dir without a cache).")
     remeasure_implausible: bool = field(True, help="Re-check and re-time a kernel faster than the roofline.")
     roofline_slack: float = field(1.0, help="A latency below roofline_bound / slack is implausible.")
     roofline_peaks: dict[str, RooflinePeak] = field(default_factory=lambda: {

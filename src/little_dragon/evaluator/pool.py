@@ -84,10 +84,6 @@ class Evaluator:
         self.pool_size = self.cfg.pool_size or os.cpu_count() or 1
         cache_path = _project_path(self.cfg.cache_path) if self.cfg.cache_path else None
         self.cache = ResultCache(cache_path) if cache_path else None
-        lock_dir = _project_path(self.cfg.lock_dir) if self.cfg.lock_dir else (
-            cache_path.parent if cache_path else Path(tempfile.gettempdir()))
-        lock_dir.mkdir(parents=True, exist_ok=True)
-        self.lock_path = lock_dir / f"dragon-measure-{self.kind}-0.lock"
         self._phase_dir = tempfile.mkdtemp(prefix="dragon-eval-phases-")
         self._baselines: dict[str, dict] = {}
         self._workloads: dict[int, _Workload] = {}
@@ -97,7 +93,7 @@ class Evaluator:
         self._pool = ProcessPool(
             max_workers=self.pool_size, max_tasks=self.cfg.worker_max_tasks, context=ctx,
             initializer=worker.init_worker,
-            initargs=(self.cfg, self.timing_cfg, self.target, self._phase_dir, str(self.lock_path), test_hooks))
+            initargs=(self.cfg, self.timing_cfg, self.target, self._phase_dir, test_hooks))
         # first task: starts the workers and names the device (part of the cache key)
         self.device = self._pool.schedule(worker.describe_device, timeout=600).result()
         # backstop over the in-worker watchdogs: lock waiting and a lazy intrinsic import are not budgeted

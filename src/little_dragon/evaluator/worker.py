@@ -10,15 +10,12 @@ on the device's lock file; the kernel releases it when a holder dies, so a crash
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
 import os
 import resource
 import secrets
 import signal
 import time
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,7 +30,6 @@ class _State:
     timing: Any
     target: Any                 # tvm.target.Target
     target_kind: str
-    lock_path: Path
     phase_fd: int
     test_hooks: bool
     intrinsics_loaded: bool = False
@@ -44,7 +40,7 @@ class _State:
 _S: _State | None = None
 
 
-def init_worker(cfg: Any, timing_cfg: Any, target: dict, phase_dir: str, lock_path: str, test_hooks: bool) -> None:
+def init_worker(cfg: Any, timing_cfg: Any, target: dict, phase_dir: str, test_hooks: bool) -> None:
     """pebble initializer: limits, watchdog disposition, long-lived state."""
     global _S
     import tvm
@@ -56,7 +52,7 @@ def init_worker(cfg: Any, timing_cfg: Any, target: dict, phase_dir: str, lock_pa
         limit = int(cfg.memory_limit_gb * (1 << 30))
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     fd = os.open(os.path.join(phase_dir, str(os.getpid())), os.O_CREAT | os.O_WRONLY, 0o644)
-    _S = _State(cfg, timing_cfg, tvm.target.Target(target), kind, Path(lock_path), fd, test_hooks)
+    _S = _State(cfg, timing_cfg, tvm.target.Target(target), kind, fd, test_hooks)
     if cfg.preload_tensor_intrinsics == "always" or (cfg.preload_tensor_intrinsics == "auto" and kind == "cuda"):
         _load_intrinsics()
     _set_phase("start")
@@ -81,14 +77,12 @@ def _load_intrinsics() -> None:
         _S.intrinsics_loaded = True
 
 
-@contextmanager
 def _device_lock():
-    with open(_S.lock_path, "a") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    """The project-wide per-device measurement lock (shared with the harvest's runner)."""
+    from little_dragon.tvmx.timing import device_lock
+    from little_dragon.tvmx.target import device
+
+    return device_lock(device({"kind": _S.target_kind}))
 
 
 def _short(e: BaseException, limit: int = 1200) -> str:

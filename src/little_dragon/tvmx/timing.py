@@ -74,18 +74,30 @@ def random_args(args_info: Sequence[Any], dev: Any, alloc_repeat: int = 1) -> li
     return alloc_argument_common(f_random_fill, dev, infos, alloc_repeat)
 
 
+_held: dict[str, int] = {}  # lock path -> nesting depth in this process (flock is not reentrant)
+
+
 @contextlib.contextmanager
 def device_lock(dev: Any) -> Iterator[None]:
     """Exclusive use of one device for timing, across processes (harvest workers, evaluator workers):
     builds run in parallel, measurements on one device never overlap.  An OS file lock, released by the
-    kernel if the holder dies."""
+    kernel if the holder dies; re-entrant within a process (a correctness check and its timing may nest)."""
     lock_dir = os.environ.get("DRAGON_MEASURE_LOCK_DIR", tempfile.gettempdir())
     path = os.path.join(lock_dir, f"dragon-measure-{str(dev).replace(':', '-')}.lock")
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    if _held.get(path):
+        _held[path] += 1
         try:
             yield
         finally:
+            _held[path] -= 1
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        _held[path] = 1
+        try:
+            yield
+        finally:
+            _held[path] = 0
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
