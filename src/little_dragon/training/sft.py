@@ -106,8 +106,11 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
     if ds_path is not None:
         ensure_launch_env()
     precision = _precision(cfg)
-    args = training_arguments(cfg, out_dir, ds_path, precision)  # before the model: ZeRO-3 loads partitioned
     import torch
+
+    if gpu_count() == 0 and cfg.cpu_threads > 0:
+        torch.set_num_threads(cfg.cpu_threads)
+    args = training_arguments(cfg, out_dir, ds_path, precision)  # before the model: ZeRO-3 loads partitioned
 
     loaded = load_model(cfg.model, cfg.tiny, train_rows, cfg.seed,
                         dtype=torch.bfloat16 if precision == "bf16" and cfg.model.kind == "local" else None)

