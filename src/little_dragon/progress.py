@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from typing import Any
 
@@ -14,12 +15,17 @@ class Progress:
         self.every = max(1, every)
         self.t0 = time.perf_counter()
         self.bar = None
+        self._lock = threading.Lock()  # updated from fan-out threads
         if sys.stderr.isatty():
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, desc=desc, dynamic_ncols=True)
 
     def update(self, n: int = 1, **postfix: Any) -> None:
+        with self._lock:
+            self._update(n, **postfix)
+
+    def _update(self, n: int, **postfix: Any) -> None:
         self.done += n
         if self.bar is not None:
             self.bar.update(n)

@@ -111,9 +111,13 @@ def harvest_one(pool: Any, row: dict[str, Any], out: Path, cfg: HarvestConfig, t
 
 
 def _run_local(jobs: list[dict[str, Any]], work: Callable[[dict[str, Any]], dict[str, Any]],
-               on_done: Callable[[dict[str, Any]], None]) -> None:
-    for job in jobs:
-        on_done(work(job))
+               on_done: Callable[[dict[str, Any]], None], max_concurrent: int) -> None:
+    """Without Prefect (e.g. on a bare GPU box): the same fan-out on a thread pool."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    with ThreadPoolExecutor(max_workers=max_concurrent) as ex:
+        for fut in as_completed([ex.submit(work, job) for job in jobs]):
+            on_done(fut.result())
 
 
 def _run_prefect(jobs: list[dict[str, Any]], work: Callable[[dict[str, Any]], dict[str, Any]],
@@ -169,7 +173,7 @@ def run_harvest(cfg: HarvestConfig, timing: TimingConfig, workloads: pd.DataFram
             if cfg.orchestrator == "prefect":
                 _run_prefect(jobs, work, on_done, cfg.max_concurrent_workloads)
             else:
-                _run_local(jobs, work, on_done)
+                _run_local(jobs, work, on_done, cfg.max_concurrent_workloads)
     counts = consolidate(out, selected["workload_id"].tolist())
     return HarvestResult(out_dir=out, tuned_now=len(jobs), skipped=len(selected) - len(jobs),
                          wall_s=time.perf_counter() - t0, **counts)
