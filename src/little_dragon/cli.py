@@ -16,6 +16,7 @@ import sys
 # subcommand -> module that defines add_parser(subparsers) and main(args)
 COMMANDS: dict[str, str] = {
     "params": "little_dragon.params_cli",
+    "codec": "little_dragon.codec.cli",
     "evaluate": "little_dragon.evaluator.cli",
     "workloads": "little_dragon.workloads.cli",
     "harvest": "little_dragon.harvest.cli",

@@ -26,6 +26,7 @@ DEFAULT_PARAMS = PROJECT_ROOT / "params.yaml"
 SECTIONS: dict[str, str] = {
     "project": "little_dragon.config:ProjectConfig",
     "timing": "little_dragon.tvmx.timing:TimingConfig",
+    "codec": "little_dragon.codec.validate:CodecConfig",
     "evaluator": "little_dragon.evaluator.config:EvaluatorConfig",
     "workloads": "little_dragon.workloads.config:WorkloadsConfig",
     "harvest": "little_dragon.harvest.config:HarvestConfig",

@@ -1,0 +1,59 @@
+"""Apply a script to a schedule; a failure names the instruction, its script line and TVM's reason."""
+from __future__ import annotations
+
+from typing import Any
+
+from little_dragon.codec.errors import ApplyError
+from little_dragon.codec.script import decode_with_lines
+
+
+def _reason(e: BaseException) -> str:
+    """The last meaningful line of a TVM error (its C++ backtrace is noise here)."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if not ln.startswith(("File ", "at ", "[bt]", "Stack trace", "#")):
+            return f"{type(e).__name__}: {ln}"[:500]
+    return type(e).__name__
+
+
+def _apply_prefix(trace_json: list, n: int, sch: Any) -> None:
+    from tvm.s_tir import Trace
+
+    insts, decisions = trace_json
+    Trace.apply_json_to_schedule([insts[:n], [d for d in decisions if d[0] < n]], sch)
+
+
+def apply_json(trace_json: list, sch: Any, lines: list[int] | None = None, text: str = "") -> None:
+    """Apply trace JSON to ``sch``; on failure find the first failing instruction (bisecting on copies
+    of the schedule as it was) and raise ApplyError naming it."""
+    snapshot = sch.copy()
+    try:
+        _apply_prefix(trace_json, len(trace_json[0]), sch)
+        return
+    except Exception as e:  # noqa: BLE001 - TVM raises several error types; all become ApplyError
+        whole = e
+    lo, hi = 0, len(trace_json[0])  # prefix of lo applies, prefix of hi fails
+    reason = _reason(whole)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            _apply_prefix(trace_json, mid, snapshot.copy())
+            lo = mid
+        except Exception as e:  # noqa: BLE001
+            hi, reason = mid, _reason(e)
+    index = hi - 1
+    line = lines[index] if lines else index + 1
+    script_lines = text.splitlines()
+    inst_text = script_lines[line - 1] if text and line - 1 < len(script_lines) else str(trace_json[0][index])[:200]
+    raise ApplyError(f"instruction {index} `{inst_text}` failed: {reason}", line=line, instruction=inst_text,
+                     reason=reason) from whole
+
+
+def apply(text: str, sch: Any) -> Any:
+    """Decode ``text`` and apply it to ``sch`` (a ``tvm.s_tir.Schedule`` of the script's workload).
+
+    Raises DecodeError for a bad script and ApplyError (instruction, line, reason) when TVM rejects it.
+    Returns ``sch``."""
+    trace_json, lines = decode_with_lines(text)
+    apply_json(trace_json, sch, lines, text)
+    return sch

@@ -1,0 +1,144 @@
+"""``dragon codec``: encode / decode / roundtrip / validate / kinds."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DEFAULT_WORKLOADS = "artifacts/workloads/workloads.parquet"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("codec", help="the trace codec: scripts <-> MetaSchedule trace JSON")
+    csub = p.add_subparsers(dest="codec_command", required=True, metavar="ACTION")
+
+    e = csub.add_parser("encode", help="print the script of a trace (TVM as_json form)")
+    e.add_argument("--trace", required=True, help="JSON file holding [insts, decisions] ('-' = stdin)")
+
+    d = csub.add_parser("decode", help="print the trace JSON of a script; with --workload, also apply it")
+    d.add_argument("script", help="script file ('-' = stdin)")
+    d.add_argument("--workload", help="workload id (from --workloads) or a TVMScript file to apply the script to")
+    d.add_argument("--workloads", default=DEFAULT_WORKLOADS, help="workloads.parquet holding the workload ids")
+
+    r = csub.add_parser("roundtrip", help="round-trip every record of a MetaSchedule JSON database dir")
+    r.add_argument("dir", help="folder with database_workload.json + database_tuning_record.json")
+    r.add_argument("--no-structural", action="store_true", help="skip applying scripts to the workloads")
+
+    v = csub.add_parser("validate", help="DVC stage validate_codec: round-trip whole harvests, write a report")
+    v.add_argument("--harvest", nargs="+", required=True, help="harvest dirs (each with db/<workload_id>/)")
+    v.add_argument("--out", required=True, help="report folder (metrics.json, summary.md)")
+
+    k = csub.add_parser("kinds", help="table of TVM instruction kinds and their mnemonics (markdown)")
+    k.add_argument("--grammar", action="store_true", help="print the Lark grammar instead")
+    p.set_defaults(func=main)
+
+
+def _read(path: str) -> str:
+    from little_dragon.cli import UserError
+
+    if path == "-":
+        return sys.stdin.read()
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{path}: no such file")
+    return p.read_text()
+
+
+def load_workload(spec: str, workloads_path: str):
+    """An IRModule from a TVMScript file path or a workload id in workloads.parquet."""
+    from little_dragon.cli import UserError
+
+    p = Path(spec)
+    if p.is_file():
+        text = p.read_text()
+        try:
+            from little_dragon.workloads.store import module_from_script
+        except ImportError:
+            import tvm
+
+            return tvm.script.from_source(text)
+        return module_from_script(text)
+    from little_dragon.workloads.store import load_workloads, module_from_script
+
+    df = load_workloads(workloads_path)
+    rows = df[df["workload_id"] == spec]
+    if rows.empty:
+        raise UserError(f"{workloads_path}: no workload {spec!r} (and no file of that name)")
+    return module_from_script(rows.iloc[0]["tvmscript"])
+
+
+def main(args: argparse.Namespace) -> int:
+    from little_dragon.cli import UserError
+    from little_dragon.codec import CodecError, decode, encode
+
+    cmd = args.codec_command
+    if cmd == "encode":
+        try:
+            trace_json = json.loads(_read(args.trace))
+        except json.JSONDecodeError as e:
+            raise UserError(f"{args.trace}: not JSON: {e}") from e
+        try:
+            sys.stdout.write(encode(trace_json))
+        except CodecError as e:
+            raise UserError(f"{args.trace}: {e}") from e
+        return 0
+    if cmd == "decode":
+        text = _read(args.script)
+        try:
+            trace_json = decode(text)
+        except CodecError as e:
+            raise UserError(f"{args.script}: {e}") from e
+        if args.workload:
+            from tvm.s_tir import Schedule
+
+            from little_dragon.codec.apply import apply_json
+            from little_dragon.codec.script import decode_with_lines
+
+            mod = load_workload(args.workload, args.workloads)
+            if any(i[0] == "Tensorize" for i in trace_json[0]):
+                from little_dragon.tvmx.build import import_tensor_intrinsics
+
+                import_tensor_intrinsics()
+            try:
+                apply_json(trace_json, Schedule(mod), decode_with_lines(text)[1], text)
+            except CodecError as e:
+                print(f"dragon codec decode: {args.script}: workload {args.workload}: {e}", file=sys.stderr)
+                return 1
+        print(json.dumps(trace_json))
+        return 0
+    if cmd == "roundtrip":
+        from little_dragon.codec.roundtrip import roundtrip_database
+
+        try:
+            results = roundtrip_database(args.dir, structural=not args.no_structural)
+        except (FileNotFoundError, ValueError) as e:
+            raise UserError(str(e)) from e
+        failed = [r for r in results if not r.ok]
+        for r in failed:
+            print(f"FAIL workload {r.workload} record {r.record}: {r.error}")
+        print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+        return 1 if failed else 0
+    if cmd == "validate":
+        from little_dragon.codec.validate import validate_codec
+        from little_dragon.config import load_section
+
+        cfg = load_section("codec")
+        try:
+            bad = validate_codec([Path(h) for h in args.harvest], Path(args.out), cfg)
+        except FileNotFoundError as e:
+            raise UserError(str(e)) from e
+        metrics = json.loads((Path(args.out) / "metrics.json").read_text())
+        print(f"{metrics['passed']} passed, {metrics['failed']} failed")
+        return 1 if bad else 0
+    if cmd == "kinds":
+        if args.grammar:
+            from little_dragon.codec.grammar import grammar_text
+
+            print(grammar_text())
+        else:
+            from little_dragon.codec.docs import kinds_markdown
+
+            print(kinds_markdown())
+        return 0
+    raise UserError(f"unknown codec action {cmd}")

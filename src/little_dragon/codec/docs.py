@@ -1,0 +1,13 @@
+"""Generated parts of docs/codec.md: the supported-kinds table (from TVM's registry) and the grammar."""
+from __future__ import annotations
+
+from little_dragon.codec.kinds import kinds_table
+
+
+def kinds_markdown() -> str:
+    rows = kinds_table()
+    out = ["| TVM kind | pure | mnemonic | meaning |", "|---|---|---|---|"]
+    for r in rows:
+        mn = f"`{r['mnemonic']}`" if r["mnemonic"] else "—"
+        out.append(f"| {r['kind']} | {'yes' if r['pure'] else 'no'} | {mn} | {r['doc']} |")
+    return "\n".join(out)

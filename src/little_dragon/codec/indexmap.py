@@ -1,0 +1,175 @@
+"""IndexMaps as compact lambdas: ``{i0,i1->i0//16,i1%16}`` instead of TVM's JSON object graphs.
+
+The encoder reads TVM's serialized IndexMap (the ``tvm.ir.save_json`` graph) without TVM; the decoder
+rebuilds the IndexMap with TVM's node constructors (no simplification) and serializes it again, which
+reproduces the original text: variables are shared objects, every other node is fresh, as TVM builds them
+(the encoder checks this and refuses maps it could not reproduce).  Free variables of a map are trace
+variables (TVM substitutes sampled tile sizes into layout maps); scripts write them with script names.
+A sub-expression that TVM shares between several places (one object, e.g. ``i0//16`` used by both a
+``//`` and a ``%``) is bound once, ``{i0,i1;$0=i0//16->$0//4,$0%4}``, so the object graph is rebuilt exactly.
+Suffixes: ``i64`` when the indices are int64; ``!`` when the JSON text has the other layout (compact vs.
+indented) than the one usual for its place.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from typing import Any, Callable
+
+from little_dragon.codec.errors import EncodeError
+
+BINOPS = {"prim.Add": "+", "prim.Sub": "-", "prim.Mul": "*", "prim.FloorDiv": "//", "prim.FloorMod": "%"}
+CALLS = {"prim.Min": "min", "prim.Max": "max"}
+PREC = {"+": 1, "-": 1, "*": 2, "//": 2, "%": 2}
+
+Expr = tuple  # ("var", name) | ("int", value) | ("ref", k) | (op, lhs, rhs) op in PREC | ("min"|"max", a, b)
+
+
+@dataclasses.dataclass(frozen=True)
+class Lambda:
+    params: tuple[str, ...]
+    body: tuple[Expr, ...]
+    dtype: str = "int32"
+    pretty: bool = False  # the JSON text is indented (2 spaces) rather than compact
+    lets: tuple[Expr, ...] = ()  # shared sub-expressions, referenced as ("ref", k)
+
+
+def parse_graph(text: str) -> Lambda:
+    """TVM's serialized IndexMap -> Lambda (free variables keep their TVM names)."""
+    try:
+        graph = json.loads(text)
+        nodes = graph["nodes"]
+        root = nodes[graph["root_index"]]
+    except (ValueError, KeyError, IndexError, TypeError) as e:
+        raise EncodeError(f"not a serialized IndexMap: {e}") from e
+    if root.get("type") != "tirx.IndexMap":
+        raise EncodeError(f"expected a tirx.IndexMap, found {root.get('type')}")
+    if nodes[root["data"]["inverse_index_map"]].get("type") != "None":
+        raise EncodeError("IndexMap with an inverse map is not supported")
+    dtypes: set[str] = set()
+
+    def dtype_of(node: dict) -> None:
+        dtypes.add(nodes[node["data"]["ty"]]["data"]["dtype"])
+
+    # nodes referenced from more than one place are shared objects: bind them once
+    uses: dict[int, int] = {}
+
+    def count(i: int) -> None:
+        uses[i] = uses.get(i, 0) + 1
+        if uses[i] > 1:
+            return
+        t, d = nodes[i]["type"], nodes[i].get("data")
+        if t in BINOPS or t in CALLS:
+            count(d["a"])
+            count(d["b"])
+
+    data = root["data"]
+    for i in nodes[data["final_indices"]]["data"]:
+        count(i)
+    shared = sorted(i for i, n in uses.items() if n > 1 and nodes[i]["type"] != "ir.Var")
+    let_index = {i: k for k, i in enumerate(shared)}
+
+    def expr(i: int, top: bool = False) -> Expr:
+        if i in let_index and not top:
+            return ("ref", let_index[i])
+        node = nodes[i]
+        t, d = node["type"], node.get("data")
+        if t == "ir.Var":
+            dtype_of(node)
+            return ("var", nodes[d["name"]]["data"])
+        if t == "ir.IntImm":
+            dtype_of(node)
+            return ("int", int(nodes[d["value"]]["data"]))
+        if t in BINOPS:
+            dtype_of(node)
+            return (BINOPS[t], expr(d["a"]), expr(d["b"]))
+        if t in CALLS:
+            dtype_of(node)
+            return (CALLS[t], expr(d["a"]), expr(d["b"]))
+        raise EncodeError(f"IndexMap expression node {t} is not supported")
+
+    params = tuple(expr(i) for i in nodes[data["initial_indices"]]["data"])
+    if any(p[0] != "var" for p in params):
+        raise EncodeError("IndexMap initial indices must be variables")
+    body = tuple(expr(i) for i in nodes[data["final_indices"]]["data"])
+    lets = tuple(expr(i, top=True) for i in shared)
+    if len(dtypes) > 1:
+        raise EncodeError(f"IndexMap mixes index dtypes {sorted(dtypes)}")
+    return Lambda(tuple(p[1] for p in params), body, dtypes.pop() if dtypes else "int32", text.startswith("{\n"),
+                  lets)
+
+
+def format_expr(e: Expr, rename: Callable[[str], str], parent: int = 0, right: bool = False) -> str:
+    kind = e[0]
+    if kind == "var":
+        return rename(e[1])
+    if kind == "int":
+        return str(e[1])
+    if kind == "ref":
+        return f"${e[1]}"
+    if kind in ("min", "max"):
+        return f"{kind}({format_expr(e[1], rename)},{format_expr(e[2], rename)})"
+    prec = PREC[kind]
+    text = f"{format_expr(e[1], rename, prec)}{kind}{format_expr(e[2], rename, prec, True)}"
+    # left-associative: a right operand of equal precedence needs parentheses to keep the tree exact
+    return f"({text})" if prec < parent or (right and prec == parent) else text
+
+
+def format_lambda(lam: Lambda, free_names: dict[str, str], pretty_default: bool) -> str:
+    """Lambda -> script text; ``free_names`` maps TVM names of trace variables to script names."""
+    params = set(lam.params)
+
+    def rename(name: str) -> str:
+        if name in params:
+            if name in free_names.values() or _looks_like_rv(name):
+                raise EncodeError(f"IndexMap index {name!r} clashes with a trace variable name")
+            return name
+        if name not in free_names:
+            raise EncodeError(f"IndexMap uses {name!r}, which is neither an index nor a trace variable")
+        return free_names[name]
+
+    lets = "".join(f";${k}={format_expr(e, rename)}" for k, e in enumerate(lam.lets))
+    text = "{" + ",".join(lam.params) + lets + "->" + ",".join(format_expr(e, rename) for e in lam.body) + "}"
+    if lam.dtype != "int32":
+        if lam.dtype != "int64":
+            raise EncodeError(f"IndexMap dtype {lam.dtype} is not supported")
+        text += "i64"
+    if lam.pretty != pretty_default:
+        text += "!"
+    return text
+
+
+def _looks_like_rv(name: str) -> bool:
+    return len(name) > 1 and name[0] in "blv" and name[1:].isdigit()
+
+
+@functools.lru_cache(maxsize=4096)
+def to_graph_json(lam: Lambda) -> str:
+    """Lambda (free variables under their TVM names) -> TVM's serialized IndexMap text."""
+    import tvm
+    from tvm import tirx
+
+    dt = lam.dtype
+    variables = {p: tirx.Var(p, dt) for p in lam.params}
+    ops = {"+": tirx.Add, "-": tirx.Sub, "*": tirx.Mul, "//": tirx.FloorDiv, "%": tirx.FloorMod,
+           "min": tirx.Min, "max": tirx.Max}
+
+    built: list = []
+
+    def build(e: Expr):
+        if e[0] == "ref":
+            return built[e[1]]
+        if e[0] == "var":
+            if e[1] not in variables:
+                variables[e[1]] = tirx.Var(e[1], dt)
+            return variables[e[1]]
+        if e[0] == "int":
+            return tirx.IntImm(dt, e[1])
+        return ops[e[0]](build(e[1]), build(e[2]))
+
+    for e in lam.lets:
+        built.append(build(e))
+    index_map = tirx.IndexMap([variables[p] for p in lam.params], [build(e) for e in lam.body], None)
+    text = tvm.ir.save_json(index_map)
+    return json.dumps(json.loads(text), indent=2) if lam.pretty else text

@@ -1,0 +1,182 @@
+"""The instruction kinds the codec speaks: one ``KindSpec`` per TVM instruction kind.
+
+A spec says how a JSON instruction ``[kind, inputs, attrs, outputs]`` maps to one script line: the mnemonic,
+the fields in line order (each taken from an input or attribute), the options (attributes with a usual
+value that is left out when it has it, written ``name=value`` otherwise), the type of the outputs and how
+many there are.  The encoder, the decoder and the Lark grammar are all driven by this one table, so they
+cannot disagree.  ``kinds_table`` checks it against TVM's instruction-kind registry.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+_MISSING = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """One positional field of a line.
+
+    src: "in" (an input) or "at" (an attribute); index: its position (variadic fields take the rest).
+    type: b | l | v | bl (a block or loop) | factor (a split factor: ``_``, int or value) | value (any literal
+    or variable) | name (identifier or quoted string) | key (annotation key) | thread (thread axis) |
+    int | buf (two attributes: buffer index and read/write, written ``r0``/``w1``) | map (an IndexMap) |
+    lit (any literal) | count (the number of outputs).
+    """
+
+    src: str
+    index: int
+    type: str
+    variadic: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """An attribute (or input) with a usual value: left out when equal to ``default`` (same type too)."""
+
+    name: str
+    src: str
+    index: int
+    default: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class KindSpec:
+    kind: str
+    mnemonic: str
+    fields: tuple[Field, ...] = ()
+    options: tuple[Option, ...] = ()
+    out_type: str = ""  # b | l | v | "" (no outputs)
+    out_count: str = "0"  # "0" | "1" | "count" (written) | "factors" (one per split factor) | "decision"
+    decision: str = ""  # "" | "int" | "ints"
+    n_inputs: int | None = None  # fixed input count (None: variadic)
+    n_attrs: int = 0
+    doc: str = ""
+
+    @property
+    def rule(self) -> str:
+        return "k_" + self.mnemonic
+
+
+def _f(src: str, index: int, type_: str, variadic: bool = False) -> Field:
+    return Field(src, index, type_, variadic)
+
+
+B0, L0 = _f("in", 0, "b"), _f("in", 0, "l")
+COUNT = _f("", 0, "count")
+PUI_INT = Option("pui", "at", 0, 1)  # preserve_unit_iters as MetaSchedule writes it (an integer)
+
+SPECS: tuple[KindSpec, ...] = (
+    KindSpec("GetSBlock", "blk", (_f("at", 0, "name"),), (Option("fn", "at", 1, "main"),), "b", "1",
+             n_inputs=0, n_attrs=2, doc="get a block by name (in function `fn`, default main)"),
+    KindSpec("GetLoops", "loops", (B0, COUNT), (), "l", "count", n_inputs=1, doc="the N loops above a block"),
+    KindSpec("GetChildBlocks", "kids", (_f("in", 0, "bl"), COUNT), (), "b", "count", n_inputs=1,
+             doc="the N child blocks of a block or loop"),
+    KindSpec("GetProducers", "prods", (B0, COUNT), (), "b", "count", n_inputs=1, doc="the N producers of a block"),
+    KindSpec("GetConsumers", "cons", (B0, COUNT), (), "b", "count", n_inputs=1, doc="the N consumers of a block"),
+    KindSpec("GetOutputBlocks", "outblks", (_f("in", 0, "bl"), COUNT), (), "b", "count", n_inputs=1,
+             doc="the N output blocks under a scope"),
+    KindSpec("Split", "split", (L0, _f("in", 1, "factor", True)),
+             (Option("pui", "at", 0, True), Option("dp", "at", 1, False)), "l", "factors", n_attrs=2,
+             doc="split a loop by factors (`_` = inferred, int, or a sampled value)"),
+    KindSpec("Fuse", "fuse", (_f("in", 0, "l", True),), (PUI_INT,), "l", "1", n_attrs=1, doc="fuse loops"),
+    KindSpec("Reorder", "reorder", (_f("in", 0, "l", True),), (), n_attrs=0, doc="reorder loops"),
+    KindSpec("Parallel", "par", (L0,), (), n_inputs=1, doc="parallelize a loop"),
+    KindSpec("Vectorize", "vec", (L0,), (), n_inputs=1, doc="vectorize a loop"),
+    KindSpec("Unroll", "unroll", (L0,), (), n_inputs=1, doc="unroll a loop"),
+    KindSpec("Bind", "bind", (L0, _f("at", 0, "thread")), (), n_inputs=1, n_attrs=1,
+             doc="bind a loop to a thread axis (bx by bz tx ty tz vx vy vz abbreviate blockIdx/threadIdx/vthread)"),
+    KindSpec("Annotate", "ann", (_f("in", 0, "bl"), _f("at", 0, "key"), _f("in", 1, "value")), (), n_inputs=2,
+             n_attrs=1, doc="annotate a block or loop; `.key` abbreviates `meta_schedule.key`; typed value"),
+    KindSpec("Unannotate", "unann", (_f("in", 0, "bl"), _f("at", 0, "key")), (), n_inputs=1, n_attrs=1,
+             doc="remove an annotation"),
+    KindSpec("CacheRead", "cread", (B0, _f("at", 0, "int"), _f("at", 1, "name")), (Option("c", "in", 1, []),),
+             "b", "1", n_inputs=2, n_attrs=2, doc="cache read buffer #i into a scope (`c=[...]`: consumer blocks)"),
+    KindSpec("CacheWrite", "cwrite", (B0, _f("at", 0, "int"), _f("at", 1, "name")), (Option("c", "in", 1, []),),
+             "b", "1", n_inputs=2, n_attrs=2, doc="cache write buffer #i into a scope"),
+    KindSpec("ComputeAt", "at", (B0, _f("in", 1, "l")), (Option("pul", "at", 0, 1), Option("i", "at", 1, -1)),
+             n_inputs=2, n_attrs=2, doc="compute a block at a loop"),
+    KindSpec("ReverseComputeAt", "rat", (B0, _f("in", 1, "l")),
+             (Option("pul", "at", 0, 1), Option("i", "at", 1, -1)), n_inputs=2, n_attrs=2,
+             doc="reverse-compute a block at a loop"),
+    KindSpec("ComputeInline", "inline", (B0,), (), n_inputs=1, doc="inline a block into its consumers"),
+    KindSpec("ReverseComputeInline", "rinline", (B0,), (), n_inputs=1, doc="inline a block into its producer"),
+    KindSpec("DecomposeReduction", "decomp", (B0, _f("in", 1, "l")), (), "b", "1", n_inputs=2,
+             doc="split a reduction's init out at a loop"),
+    KindSpec("RFactor", "rfactor", (L0, _f("at", 0, "int")), (), "b", "1", n_inputs=1, n_attrs=1,
+             doc="rfactor a reduction loop (factor axis)"),
+    KindSpec("SamplePerfectTile", "tile", (L0, _f("at", 1, "int")), (Option("n", "at", 0, _MISSING),), "v",
+             "decision", "ints", n_inputs=1, n_attrs=2,
+             doc="sample N tile sizes of a loop, max innermost factor M: `tile L M = t1 .. tN`"),
+    KindSpec("SampleCategorical", "cat", (), (), "v", "1", "int", n_inputs=0, n_attrs=2,
+             doc="sample one of the candidates (uniform unless `~ p1 .. pN`): `cat c1 .. cN = index`"),
+    KindSpec("SampleComputeLocation", "loc", (B0,), (), "l", "1", "int", n_inputs=1,
+             doc="sample a compute-at location of a block: `loc B = index`"),
+    KindSpec("EnterPostproc", "post", (), (), n_inputs=0, doc="the post-processing boundary"),
+    KindSpec("ReIndex", "reindex", (B0, _f("at", 0, "buf")), (), "b", "1", n_inputs=1, n_attrs=2,
+             doc="re-index buffer r<i>/w<i> of a block"),
+    KindSpec("TransformLayout", "layout", (B0, _f("at", 0, "buf"), _f("in", 1, "map")),
+             (Option("pad", "at", 2, None), Option("inj", "at", 3, True)), n_inputs=2, n_attrs=4,
+             doc="transform buffer r<i>/w<i> by an index map"),
+    KindSpec("TransformBlockLayout", "blayout", (B0, _f("at", 0, "map")), (), n_inputs=1, n_attrs=1,
+             doc="transform a block's iteration space by an index map"),
+    KindSpec("Blockize", "blockize", (_f("in", 0, "l"),), (PUI_INT,), "b", "1", n_inputs=1, n_attrs=1,
+             doc="make the subtree of a loop a block"),
+    KindSpec("Tensorize", "tensorize", (_f("in", 0, "bl"), _f("at", 0, "name")), (Option("pui", "at", 1, 1),),
+             n_inputs=1, n_attrs=2, doc="tensorize a block or loop with an intrinsic"),
+    KindSpec("StorageAlign", "align", (B0, _f("at", 0, "int"), _f("at", 1, "int"), _f("at", 2, "int"),
+                                        _f("at", 3, "int")), (), n_inputs=1, n_attrs=4,
+             doc="storage-align buffer, axis, factor, offset"),
+    KindSpec("SetScope", "scope", (B0, _f("at", 0, "int"), _f("at", 1, "name")), (), n_inputs=1, n_attrs=2,
+             doc="set the storage scope of buffer #i"),
+    KindSpec("PadEinsum", "pad", (B0, _f("at", 0, "lit")), (), n_inputs=1, n_attrs=1,
+             doc="pad an einsum block's iterators"),
+    KindSpec("AddUnitLoop", "unitloop", (_f("in", 0, "bl"),), (), "l", "1", n_inputs=1,
+             doc="add a unit loop above a block or loop"),
+)
+
+BY_KIND: dict[str, KindSpec] = {s.kind: s for s in SPECS}
+BY_MNEMONIC: dict[str, KindSpec] = {s.mnemonic: s for s in SPECS}
+
+THREAD_ABBREV: dict[str, str] = {
+    "bx": "blockIdx.x", "by": "blockIdx.y", "bz": "blockIdx.z",
+    "tx": "threadIdx.x", "ty": "threadIdx.y", "tz": "threadIdx.z",
+    "vx": "vthread.x", "vy": "vthread.y", "vz": "vthread.z",
+}
+THREAD_FULL: dict[str, str] = {v: k for k, v in THREAD_ABBREV.items()}
+MS_KEY_PREFIX = "meta_schedule."
+
+
+def _schedule_method_kinds() -> set[str]:
+    """Candidate kind names: every public ``tvm.s_tir.Schedule`` method, CamelCased (the registry's naming)."""
+    from tvm.s_tir import Schedule
+
+    names = set()
+    for attr in dir(Schedule):
+        if attr.startswith("_"):
+            continue
+        names.add("".join(p[:1].upper() + p[1:] for p in attr.split("_")))
+    renames = {"GetSblock": "GetSBlock", "Reindex": "ReIndex", "Rfactor": "RFactor"}
+    return {renames.get(n, n) for n in names} | {"EnterPostproc", "GetSBlock", "ReIndex", "RFactor"}
+
+
+def kinds_table() -> list[dict[str, Any]]:
+    """Rows (kind, registered in TVM, pure, mnemonic, description), from TVM's instruction-kind registry.
+
+    TVM does not list its registry, so every name the Schedule API suggests is looked up with
+    ``InstructionKind.get``; kinds found there but absent from ``SPECS`` are listed as unsupported."""
+    from tvm.s_tir.schedule.instruction import InstructionKind
+
+    rows = []
+    for name in sorted(_schedule_method_kinds() | set(BY_KIND)):
+        try:
+            ik = InstructionKind.get(name)
+        except Exception:  # noqa: BLE001 - not a registered kind
+            if name in BY_KIND:
+                raise RuntimeError(f"codec spec for {name!r} names no TVM instruction kind") from None
+            continue
+        spec = BY_KIND.get(name)
+        rows.append({"kind": name, "pure": bool(ik.is_pure), "mnemonic": spec.mnemonic if spec else None,
+                     "doc": spec.doc if spec else "not supported: encode raises EncodeError"})
+    return rows

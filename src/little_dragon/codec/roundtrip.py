@@ -1,0 +1,131 @@
+"""Round-trip checks: a record passes when the script decodes to the exact JSON, re-encodes to the same
+text, and applying it to a fresh schedule of its workload gives an IRModule structurally equal to
+applying TVM's own trace."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from little_dragon.codec.apply import apply
+from little_dragon.codec.canonical import dumps, first_difference
+from little_dragon.codec.errors import CodecError
+from little_dragon.codec.script import decode, encode
+
+WORKLOAD_FILE = "database_workload.json"
+RECORD_FILE = "database_tuning_record.json"
+
+
+@dataclasses.dataclass
+class RecordResult:
+    workload: str
+    record: int  # line index in database_tuning_record.json
+    ok: bool
+    error: str = ""  # what failed: stage and first difference
+    text: str = ""  # the script
+    trace_json: Any = None
+    trace_str: str = ""  # str(trace) of TVM's own trace, for size comparisons
+    target: str = ""
+
+
+def _needs_tensor_intrinsics(trace_json: Any) -> bool:
+    return any(inst[0] == "Tensorize" for inst in trace_json[0])
+
+
+def check_record(trace_json: Any, mod: Any = None, workload: str = "", record: int = 0,
+                 structural: bool = True) -> RecordResult:
+    """Round-trip one trace both ways; ``mod`` (the workload IRModule) enables the structural check."""
+    res = RecordResult(workload, record, False, trace_json=trace_json)
+    try:
+        res.text = encode(trace_json)
+    except CodecError as e:
+        res.error = f"encode: {e}"
+        return res
+    try:
+        back = decode(res.text)
+    except CodecError as e:
+        res.error = f"decode: {e}"
+        return res
+    diff = first_difference(trace_json, back)
+    if diff:
+        res.error = f"decode(encode(trace)) differs at {diff}"
+        return res
+    again = encode(back)
+    if again != res.text:
+        line = next(i for i, (a, b) in enumerate(zip(res.text.splitlines() + [""], again.splitlines() + [""]))
+                    if a != b)
+        res.error = f"re-encoding is not byte-identical at line {line + 1}"
+        return res
+    if structural and mod is not None:
+        import tvm
+        from tvm.s_tir import Schedule, Trace
+
+        if _needs_tensor_intrinsics(trace_json):
+            from little_dragon.tvmx.build import import_tensor_intrinsics
+
+            import_tensor_intrinsics()
+        ref = Schedule(mod, debug_mask=0)
+        try:
+            Trace.apply_json_to_schedule(trace_json, ref)
+        except Exception as e:  # noqa: BLE001 - TVM's own trace must apply; say so if it does not
+            res.error = f"TVM's own trace does not apply to the workload: {str(e).strip().splitlines()[-1][:300]}"
+            return res
+        res.trace_str = str(ref.trace)
+        new = Schedule(mod, debug_mask=0)
+        try:
+            apply(res.text, new)
+        except CodecError as e:
+            res.error = f"apply: {e}"
+            return res
+        try:
+            tvm.ir.assert_structural_equal(ref.mod, new.mod)
+        except ValueError as e:
+            res.error = f"IRModule after apply differs: {str(e).strip().splitlines()[0][:300]}"
+            return res
+    res.ok = True
+    return res
+
+
+def read_database(db_dir: str | Path) -> Iterator[tuple[str, Any, list[tuple[int, Any, str]]]]:
+    """Yield (workload name, IRModule, [(record index, trace JSON, target JSON)]) of a JSON database dir.
+
+    Records are read as stored on disk (that is TVM's ``trace.as_json()``), not re-serialized by TVM."""
+    from tvm.s_tir import meta_schedule as ms
+
+    db_dir = Path(db_dir)
+    wl_path, rec_path = db_dir / WORKLOAD_FILE, db_dir / RECORD_FILE
+    for p in (wl_path, rec_path):
+        if not p.is_file():
+            raise FileNotFoundError(f"{p}: not a MetaSchedule JSON database (missing {p.name})")
+    workloads = []
+    for n, line in enumerate(wl_path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                workloads.append(ms.database.Workload.from_json(json.loads(line)).mod)
+            except Exception as e:  # noqa: BLE001
+                raise ValueError(f"{wl_path}:{n}: unreadable workload: {e}") from e
+    by_workload: dict[int, list] = collections.defaultdict(list)
+    for n, line in enumerate(rec_path.read_text().splitlines()):
+        if not line.strip():
+            continue
+        try:
+            wl_idx, (trace_json, _run_secs, target, _args) = json.loads(line)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{rec_path}:{n + 1}: unreadable tuning record: {e}") from e
+        by_workload[wl_idx].append((n, trace_json, json.dumps(target, sort_keys=True)))
+    single = len(workloads) == 1
+    for idx, mod in enumerate(workloads):
+        name = db_dir.name if single else f"{db_dir.name}#{idx}"
+        yield name, mod, by_workload.get(idx, [])
+
+
+def roundtrip_database(db_dir: str | Path, structural: bool = True) -> list[RecordResult]:
+    results = []
+    for name, mod, records in read_database(db_dir):
+        for n, trace_json, target in records:
+            r = check_record(trace_json, mod, name, n, structural)
+            r.target = target
+            results.append(r)
+    return results

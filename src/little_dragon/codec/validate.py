@@ -1,0 +1,122 @@
+"""The ``validate_codec`` stage: round-trip every harvested record, report sizes, fail on any loss."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import logging
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from little_dragon import atomic
+from little_dragon.config import field
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class CodecConfig:
+    structural_check: bool = field(True, help="Also apply each decoded script to a fresh schedule of its "
+                                              "workload and compare IRModules with TVM's own trace.")
+    bpe_vocab_size: int = field(4096, help="Vocabulary of the byte-level BPE trained on the corpus for the "
+                                           "comparison token counts.")
+    token_sample: int = field(0, help="Measure tokens on at most this many records (0: all).")
+    min_records: int = field(1, help="Fail when the harvest holds fewer records than this (an empty harvest "
+                                     "is a pipeline bug, not a pass).")
+    max_failures_listed: int = field(200, help="Failures written to the report in full.")
+
+
+def _target_kind(target_json: str) -> str:
+    try:
+        return str(json.loads(target_json).get("kind", "?"))
+    except (ValueError, AttributeError):
+        return "?"
+
+
+def database_dirs(harvest_dir: Path) -> list[Path]:
+    """``<harvest>/db/<workload_id>/`` folders holding a JSON database (docs/data-contracts.md)."""
+    db = Path(harvest_dir) / "db"
+    if not db.is_dir():
+        raise FileNotFoundError(f"{db}: harvest has no db/ folder")
+    return sorted(p for p in db.iterdir() if (p / "database_tuning_record.json").is_file())
+
+
+def validate_codec(harvest_dirs: list[Path], out_dir: Path, cfg: CodecConfig | None = None) -> int:
+    """Round-trip every record of every workload under ``harvest_dirs``; write ``metrics.json`` and
+    ``summary.md`` to ``out_dir``.  Returns the number of failed records (the CLI exits non-zero if > 0)."""
+    from little_dragon.codec.roundtrip import roundtrip_database
+    from little_dragon.codec.tokens import count_tokens, json_text, summarize
+    from little_dragon.tracking import log_outputs, stage_run
+
+    cfg = cfg or CodecConfig()
+    out_dir = Path(out_dir)
+    t0 = time.perf_counter()
+    results = []
+    with stage_run("validate_codec", params=dataclasses.asdict(cfg),
+                   inputs={f"harvest{i}": p for i, p in enumerate(harvest_dirs)}) as mlflow:
+        for harvest in harvest_dirs:
+            for db_dir in database_dirs(Path(harvest)):
+                rs = roundtrip_database(db_dir, structural=cfg.structural_check)
+                for r in rs:
+                    r.workload = f"{Path(harvest).name}/{r.workload}"
+                results.extend(rs)
+                log.info("%s: %d records, %d failed", db_dir, len(rs), sum(not r.ok for r in rs))
+        metrics = _metrics(results, cfg, count_tokens, json_text, summarize)
+        metrics["wall_s"] = time.perf_counter() - t0
+        metrics["harvest_dirs"] = [str(p) for p in harvest_dirs]
+        out_dir.mkdir(parents=True, exist_ok=True)
+        atomic.write_json(out_dir / "metrics.json", metrics)
+        atomic.write_text(out_dir / "summary.md", _summary(metrics))
+        if mlflow is not None:
+            mlflow.log_metrics({k: float(v) for k, v in metrics["tokens"].items()})
+            mlflow.log_metrics({"records": metrics["records"], "failed": metrics["failed"]})
+            log_outputs(mlflow, {"report": out_dir})
+    return metrics["failed"] + (1 if metrics["records"] < cfg.min_records else 0)
+
+
+def _metrics(results: list, cfg: CodecConfig, count_tokens: Any, json_text: Any, summarize: Any) -> dict:
+    kinds: collections.Counter = collections.Counter()
+    by_target: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for r in results:
+        by_target[_target_kind(r.target)]["passed" if r.ok else "failed"] += 1
+        if r.trace_json:
+            kinds.update(inst[0] for inst in r.trace_json[0])
+    measured = [r for r in results if r.ok and r.trace_str]
+    if cfg.token_sample:
+        measured = measured[:: max(1, len(measured) // cfg.token_sample)][: cfg.token_sample]
+    tokens: dict[str, float] = {}
+    chars: dict[str, float] = {}
+    if measured:
+        samples = [{"codec": r.text, "json": json_text(r.trace_json), "str": r.trace_str} for r in measured]
+        tokens = summarize(count_tokens(samples, cfg.bpe_vocab_size))
+        for form in ("codec", "json", "str"):
+            chars[f"median_chars.{form}"] = float(statistics.median(len(s[form]) for s in samples))
+    failures = [{"workload": r.workload, "record": r.record, "error": r.error} for r in results if not r.ok]
+    return {
+        "records": len(results), "passed": sum(r.ok for r in results), "failed": len(failures),
+        "by_target": {k: dict(v) for k, v in sorted(by_target.items())},
+        "instruction_kinds": dict(kinds.most_common()), "tokens": tokens, "chars": chars,
+        "token_records": len(measured), "failures": failures[: cfg.max_failures_listed],
+    }
+
+
+def _summary(m: dict) -> str:
+    lines = ["# Codec validation", "",
+             f"**{m['passed']} passed, {m['failed']} failed** of {m['records']} records "
+             f"({', '.join(f'{k}: {v.get('passed', 0)}/{sum(v.values())}' for k, v in m['by_target'].items())}).",
+             "", "## Tokens (median over records)", "", "| tokenizer | codec | JSON | str(trace) | codec/JSON | "
+             "codec/str |", "|---|---|---|---|---|---|"]
+    t = m["tokens"]
+    for tok in ("smollm2", "bpe"):
+        if f"median_tokens.{tok}.codec" in t:
+            lines.append(f"| {tok} | {t[f'median_tokens.{tok}.codec']:.0f} | {t[f'median_tokens.{tok}.json']:.0f} | "
+                         f"{t[f'median_tokens.{tok}.str']:.0f} | {t[f'ratio.{tok}.codec_over_json.median']:.3f} | "
+                         f"{t[f'ratio.{tok}.codec_over_str.median']:.3f} |")
+    lines += ["", "## Instruction kinds", "", "| kind | count |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in m["instruction_kinds"].items()]
+    if m["failures"]:
+        lines += ["", "## Failures", ""]
+        lines += [f"- `{f['workload']}` record {f['record']}: {f['error']}" for f in m["failures"]]
+    return "\n".join(lines) + "\n"
