@@ -92,16 +92,17 @@ def get_context(qc: QualityConfig) -> Any:
     root = _resolve(qc.gx_root)
     root.mkdir(parents=True, exist_ok=True)
     ctx = gx.get_context(mode="file", project_root_dir=str(root))
-    if ctx.variables.progress_bars is None or ctx.variables.progress_bars.globally is not False:
+    bars = ctx.variables.progress_bars  # a ProgressBarsConfig when set now, a dict when read from the yml
+    if (bars.get("globally") if isinstance(bars, dict) else getattr(bars, "globally", None)) is not False:
         ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
         ctx.variables.save()
     return ctx
 
 
 def _ensure_site(ctx: Any, qc: QualityConfig, suite: str) -> Path:
-    """A Data Docs site per CLI suite (base_directory is relative to the GX project root)."""
+    """A Data Docs site per CLI suite (base_directory is relative to the context's ``gx`` folder)."""
     docs = _resolve(qc.data_docs_dir) / suite
-    base = os.path.relpath(docs, _resolve(qc.gx_root))
+    base = os.path.relpath(docs, ctx.root_directory)
     config = {"class_name": "SiteBuilder", "show_how_to_buttons": False,
               "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": base + "/"},
               "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"}}

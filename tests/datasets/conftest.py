@@ -1,0 +1,1 @@
+from dataset_fixtures import built, harvested, token_counter  # noqa: F401  (shared session fixtures)
