@@ -18,11 +18,13 @@ def _lines(p: Path) -> list[dict]:
 
 def _harvest_latencies(harvested: Path) -> dict[tuple[str, str], float]:
     """(workload_id, canonical trace JSON) -> best measured latency of that trace, from records.parquet."""
+    from little_dragon.codec import canonical_json
+
     out: dict[tuple[str, str], float] = {}
     for rec_path in (harvested / "harvest").glob("*/records.parquet"):
         rec = pd.read_parquet(rec_path)
         for r in rec[rec["valid"]].itertuples():
-            key = (r.workload_id, json.dumps(json.loads(r.trace_json), sort_keys=True))
+            key = (r.workload_id, json.dumps(canonical_json(json.loads(r.trace_json))))
             out[key] = min(out.get(key, float("inf")), float(r.latency_us))
     return out
 
@@ -61,10 +63,10 @@ def test_completions_are_harvested_traces_and_refinements_really_are_faster(buil
     ex = res.examples
     assert (ex["task"] == "refinement").sum() > 0 and (ex["task"] == "construction").sum() > 0
     for r in ex.itertuples():
-        done = lat[(r.workload_id, json.dumps(codec.decode(r.completion), sort_keys=True))]
+        done = lat[(r.workload_id, json.dumps(codec.decode(r.completion)))]
         assert done == pytest.approx(r.completion_latency_us)
         if r.task == "refinement":
-            start = lat[(r.workload_id, json.dumps(codec.decode(r.start_script), sort_keys=True))]
+            start = lat[(r.workload_id, json.dumps(codec.decode(r.start_script)))]
             assert start >= cfg.refinement_min_speedup * done, (r.workload_id, start, done)
             assert r.start_script.strip() in r.prompt and r.completion != r.start_script
     # the first construction example of a workload is its best valid trace

@@ -65,6 +65,10 @@ def _counts_by(df: pd.DataFrame, *cols: str) -> dict[str, int]:
 def build_datasets(cfg: DatasetsConfig, counter: TokenCounter | None = None) -> BuildResult:
     from little_dragon.workloads.store import load_workloads
 
+    unknown = sorted(set(cfg.tasks) - {"construction", "refinement"})
+    if unknown or len(cfg.refinement_start_quantiles) != 2:
+        raise ValueError(f"datasets: tasks {unknown} unknown (construction, refinement) or "
+                         f"refinement_start_quantiles {cfg.refinement_start_quantiles} is not [low, high]")
     workloads = load_workloads(cfg.workloads)
     harvests = find_harvests(cfg.harvest_roots)
     if not harvests:

@@ -1,7 +1,8 @@
 """Construction and refinement examples from the harvested tuning runs.
 
 Per workload and target, the run's valid traces are encoded with the codec; a trace whose codec text does
-not decode back to the exact trace (or re-encode to the same text) is rejected and counted, never used.
+not decode back to the exact trace (in the codec's canonical JSON: booleans as 0/1, as the MetaSchedule
+database stores them), or does not re-encode to the same text, is rejected and counted, never used.
 Distinct scripts are ranked by latency (the best measurement of a script that was measured twice).
 
 - construction: the best script, plus distinct scripts within ``construction_margin`` of it, up to
@@ -84,7 +85,8 @@ def _encode_checked(trace_json: str, where: str, counts: BuildCounts) -> str | N
     try:
         text = codec.encode(trace)
         back = codec.decode(text)
-        if json.dumps(back, sort_keys=True) != json.dumps(trace, sort_keys=True):
+        # canonical form: the codec (like the MetaSchedule database) writes booleans as 0/1
+        if json.dumps(back) != json.dumps(codec.canonical_json(trace)):
             raise ValueError("decode(encode(trace)) differs from the harvested trace")
         if codec.encode(back) != text:
             raise ValueError("encode(decode(text)) differs from the text")

@@ -14,6 +14,12 @@ SUITES: dict[str, tuple[str, ...]] = {
 }
 
 
+def _col(name: str) -> Any:
+    from great_expectations.expectations.row_conditions import Column
+
+    return Column(name)
+
+
 def _e() -> Any:
     import great_expectations as gx
 
@@ -39,7 +45,7 @@ def workloads_expectations(ds: DatasetsConfig, qc: QualityConfig) -> list[Any]:
 
 def harvest_records_expectations(ds: DatasetsConfig, qc: QualityConfig) -> list[Any]:
     e = _e()
-    valid = {"row_condition": "valid==True", "condition_parser": "pandas"}
+    valid = {"row_condition": _col("valid") == True}  # noqa: E712  (a GX condition, not a Python test)
     return [
         *[e.ExpectColumnValuesToNotBeNull(column=c) for c in ("workload_id", "target", "trial", "trace_json", "valid")],
         e.ExpectColumnValuesToBeUnique(column="record_key"),
@@ -55,7 +61,7 @@ def harvest_records_expectations(ds: DatasetsConfig, qc: QualityConfig) -> list[
 
 def harvest_workloads_expectations(ds: DatasetsConfig, qc: QualityConfig) -> list[Any]:
     e = _e()
-    ok = {"row_condition": 'status=="ok"', "condition_parser": "pandas"}
+    ok = {"row_condition": _col("status") == "ok"}
     return [
         e.ExpectColumnValuesToBeInSet(column="in_store", value_set=[True]),
         e.ExpectColumnValuesToBeBetween(column="valid_records", min_value=1, mostly=qc.min_valid_workload_fraction),
@@ -68,7 +74,7 @@ def harvest_workloads_expectations(ds: DatasetsConfig, qc: QualityConfig) -> lis
 
 def examples_expectations(ds: DatasetsConfig, qc: QualityConfig) -> list[Any]:
     e = _e()
-    ref = {"row_condition": 'task=="refinement"', "condition_parser": "pandas"}
+    ref = {"row_condition": _col("task") == "refinement"}
     return [
         *[e.ExpectColumnValuesToNotBeNull(column=c) for c in
           ("prompt", "completion", "task", "workload_id", "target", "family", "structural_hash", "split")],
