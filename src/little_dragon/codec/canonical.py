@@ -1,20 +1,27 @@
-"""Canonical JSON of a trace: TVM's ``trace.as_json()`` with IntImm/FloatImm turned into Python numbers.
+"""Canonical JSON of a trace: TVM's ``trace.as_json()`` as a MetaSchedule JSON database holds it on disk.
 
-This is what a MetaSchedule JSON database holds on disk, so the codec round-trips against it."""
+IntImm and FloatImm become Python numbers, except that a boolean IntImm stays a boolean, and plain
+booleans become integers: the database writes ``Split``'s ``[true, false]`` attributes as ``[1, 0]`` but a
+``T.bool(True)`` (``Blockize``, ``Tensorize``, ``TransformLayout``) as ``true``.  So a trace has one JSON
+form whether it comes from a live ``Trace`` or from ``database_tuning_record.json``."""
 from __future__ import annotations
 
 import json
 from typing import Any
 
 
-def canonical_json(obj: Any) -> Any:
-    """Plain-JSON copy of ``trace.as_json()`` output (IntImm -> int, bool IntImm -> bool, FloatImm -> float)."""
-    if obj is None or isinstance(obj, (bool, int, float, str)):
+def canonical_json(obj: Any, bools_as_int: bool = True) -> Any:
+    """Plain-JSON copy of ``trace.as_json()`` output, as the database stores it.
+
+    ``bools_as_int=False`` leaves plain booleans alone (for JSON already read from a database)."""
+    if isinstance(obj, bool):
+        return int(obj) if bools_as_int else obj
+    if obj is None or isinstance(obj, (int, float, str)):
         return obj
     if isinstance(obj, (list, tuple)):
-        return [canonical_json(x) for x in obj]
+        return [canonical_json(x, bools_as_int) for x in obj]
     if isinstance(obj, dict):
-        return {str(k): canonical_json(v) for k, v in obj.items()}
+        return {str(k): canonical_json(v, bools_as_int) for k, v in obj.items()}
     ty = getattr(obj, "ty", None)  # TVM 0.27 PrimExpr: ``ty`` (a PrimType) instead of ``dtype``
     dtype = str(getattr(ty, "dtype", ty) if ty is not None else getattr(obj, "dtype", ""))
     if hasattr(obj, "value"):

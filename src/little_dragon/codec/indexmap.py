@@ -7,8 +7,8 @@ reproduces the original text: variables are shared objects, every other node is 
 variables (TVM substitutes sampled tile sizes into layout maps); scripts write them with script names.
 A sub-expression that TVM shares between several places (one object, e.g. ``i0//16`` used by both a
 ``//`` and a ``%``) is bound once, ``{i0,i1;$0=i0//16->$0//4,$0%4}``, so the object graph is rebuilt exactly.
-Suffixes: ``i64`` when the indices are int64; ``!`` when the JSON text has the other layout (compact vs.
-indented) than the one usual for its place.
+Suffixes: ``i64`` when the indices are int64; ``!`` when the JSON text is compact rather than indented
+(a database stores indented maps; a live trace's ``as_json()`` may hold compact ones).
 """
 from __future__ import annotations
 

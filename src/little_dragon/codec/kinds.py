@@ -23,6 +23,7 @@ class Field:
     or variable) | name (identifier or quoted string) | key (annotation key) | thread (thread axis) |
     int | buf (two attributes: buffer index and read/write, written ``r0``/``w1``) | map (an IndexMap) |
     lit (any literal) | count (the number of outputs).
+    Defaults follow the database's on-disk JSON (plain bools as 0/1, boolean IntImms as true/false).
     """
 
     src: str
@@ -78,7 +79,7 @@ SPECS: tuple[KindSpec, ...] = (
     KindSpec("GetOutputBlocks", "outblks", (_f("in", 0, "bl"), COUNT), (), "b", "count", n_inputs=1,
              doc="the N output blocks under a scope"),
     KindSpec("Split", "split", (L0, _f("in", 1, "factor", True)),
-             (Option("pui", "at", 0, True), Option("dp", "at", 1, False)), "l", "factors", n_attrs=2,
+             (Option("pui", "at", 0, 1), Option("dp", "at", 1, 0)), "l", "factors", n_attrs=2,
              doc="split a loop by factors (`_` = inferred, int, or a sampled value)"),
     KindSpec("Fuse", "fuse", (_f("in", 0, "l", True),), (PUI_INT,), "l", "1", n_attrs=1, doc="fuse loops"),
     KindSpec("Reorder", "reorder", (_f("in", 0, "l", True),), (), n_attrs=0, doc="reorder loops"),
@@ -121,9 +122,9 @@ SPECS: tuple[KindSpec, ...] = (
              doc="transform buffer r<i>/w<i> by an index map"),
     KindSpec("TransformBlockLayout", "blayout", (B0, _f("at", 0, "map")), (), n_inputs=1, n_attrs=1,
              doc="transform a block's iteration space by an index map"),
-    KindSpec("Blockize", "blockize", (_f("in", 0, "l"),), (PUI_INT,), "b", "1", n_inputs=1, n_attrs=1,
+    KindSpec("Blockize", "blockize", (_f("in", 0, "l"),), (Option("pui", "at", 0, True),), "b", "1", n_inputs=1, n_attrs=1,
              doc="make the subtree of a loop a block"),
-    KindSpec("Tensorize", "tensorize", (_f("in", 0, "bl"), _f("at", 0, "name")), (Option("pui", "at", 1, 1),),
+    KindSpec("Tensorize", "tensorize", (_f("in", 0, "bl"), _f("at", 0, "name")), (Option("pui", "at", 1, True),),
              n_inputs=1, n_attrs=2, doc="tensorize a block or loop with an intrinsic"),
     KindSpec("StorageAlign", "align", (B0, _f("at", 0, "int"), _f("at", 1, "int"), _f("at", 2, "int"),
                                         _f("at", 3, "int")), (), n_inputs=1, n_attrs=4,

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from little_dragon.codec import indexmap
-from little_dragon.codec.canonical import dumps
+from little_dragon.codec.canonical import canonical_json, dumps
 from little_dragon.codec.errors import DecodeError, EncodeError
 from little_dragon.codec.grammar import HUMAN, parser
 from little_dragon.codec.kinds import BY_KIND, BY_MNEMONIC, MS_KEY_PREFIX, THREAD_ABBREV, THREAD_FULL, KindSpec
@@ -100,7 +100,7 @@ class _Encoder:
         if ftype == "map":
             lam = indexmap.parse_graph(v)
             free = {tvm: mine for tvm, mine in self.names.items() if mine[0] == "v"}
-            text = indexmap.format_lambda(lam, free, pretty_default=(src == "at"))
+            text = indexmap.format_lambda(lam, free, pretty_default=True)
             if indexmap.to_graph_json(lam) != v:
                 raise self.err("IndexMap cannot be reproduced exactly from its lambda (shared sub-expressions?)")
             return text
@@ -193,7 +193,14 @@ class _Encoder:
 
 
 def encode(trace_json: Any) -> str:
-    """Trace JSON (``[insts, decisions]`` of ``trace.as_json()``, IntImm as int) -> canonical script text."""
+    """Trace JSON (``[insts, decisions]`` of ``trace.as_json()``) -> canonical script text.
+
+    TVM objects (IntImm, FloatImm) are read as numbers; plain JSON values are kept exactly (``decode``
+    returns them as given).  For a live trace pass ``canonical_json(trace.as_json())``, the database form."""
+    try:
+        trace_json = canonical_json(trace_json, bools_as_int=False)
+    except TypeError as e:
+        raise EncodeError(str(e)) from None
     if not (isinstance(trace_json, (list, tuple)) and len(trace_json) == 2 and isinstance(trace_json[0], list)):
         raise EncodeError("a trace JSON is [instructions, decisions]")
     insts, decisions = trace_json
@@ -332,7 +339,7 @@ class _Decoder:
                 return THREAD_ABBREV.get(s, s)
             return s
         if ftype == "map":
-            return self.index_map(node, pretty_default=(src == "at"))
+            return self.index_map(node, pretty_default=True)
         raise self.err(f"internal: unknown field type {ftype}", tok)
 
     def index_map(self, node: Any, pretty_default: bool) -> str:

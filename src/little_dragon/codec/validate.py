@@ -103,9 +103,9 @@ def _metrics(results: list, cfg: CodecConfig, count_tokens: Any, json_text: Any,
 
 
 def _summary(m: dict) -> str:
+    per_target = ", ".join(f"{k}: {v.get('passed', 0)}/{sum(v.values())}" for k, v in m["by_target"].items())
     lines = ["# Codec validation", "",
-             f"**{m['passed']} passed, {m['failed']} failed** of {m['records']} records "
-             f"({', '.join(f'{k}: {v.get('passed', 0)}/{sum(v.values())}' for k, v in m['by_target'].items())}).",
+             f"**{m['passed']} passed, {m['failed']} failed** of {m['records']} records ({per_target}).",
              "", "## Tokens (median over records)", "", "| tokenizer | codec | JSON | str(trace) | codec/JSON | "
              "codec/str |", "|---|---|---|---|---|---|"]
     t = m["tokens"]

@@ -1,0 +1,68 @@
+"""The ``dragon codec`` commands and the validate_codec stage, on real TVM-written JSON databases."""
+from __future__ import annotations
+
+import json
+
+from little_dragon.cli import main
+from little_dragon.codec.canonical import dumps
+
+
+def test_encode_decode_commands(tmp_path, sampled, capsys):
+    s = next(x for x in sampled if x.workload == "softmax_64x128")
+    from little_dragon.codec import canonical_json
+
+    trace_json = canonical_json(s.trace.as_json())
+    (tmp_path / "t.json").write_text(json.dumps(trace_json))
+    assert main(["codec", "encode", "--trace", str(tmp_path / "t.json")]) == 0
+    script = capsys.readouterr().out
+    (tmp_path / "t.script").write_text(script)
+    (tmp_path / "w.py").write_text(s.mod.script())
+    assert main(["codec", "decode", str(tmp_path / "t.script"), "--workload", str(tmp_path / "w.py")]) == 0
+    assert dumps(json.loads(capsys.readouterr().out)) == dumps(trace_json)
+    (tmp_path / "bad.script").write_text(script.replace("blk ", "blk nope_", 1))
+    assert main(["codec", "decode", str(tmp_path / "bad.script"), "--workload", str(tmp_path / "w.py")]) == 1
+    assert "line 1" in capsys.readouterr().err
+    (tmp_path / "broken.script").write_text("blk C\nsplit\n")
+    assert main(["codec", "decode", str(tmp_path / "broken.script")]) == 2
+    assert "line 2" in capsys.readouterr().err
+
+
+def test_roundtrip_command(json_database, capsys):
+    d = next((json_database / "cuda" / "db").iterdir())
+    assert main(["codec", "roundtrip", str(d)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].endswith("passed, 0 failed") and not out[-1].startswith("0 ")
+
+
+def test_roundtrip_command_names_a_lossy_record(json_database, tmp_path, capsys):
+    """A record the codec cannot represent (an unknown attribute) fails with workload, record, instruction."""
+    import shutil
+
+    src = next((json_database / "llvm" / "db").iterdir())
+    d = tmp_path / "db"
+    shutil.copytree(src, d)
+    rec = d / "database_tuning_record.json"
+    n = len(rec.read_text().splitlines())
+    row = json.loads(rec.read_text().splitlines()[0])
+    row[1][0][0][0][2].append("surprise")  # GetSBlock gets a third attribute
+    rec.write_text(rec.read_text() + json.dumps(row) + "\n")
+    assert main(["codec", "roundtrip", str(d)]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL workload db record {n}" in out and "instruction 0 (GetSBlock)" in out
+    assert out.strip().splitlines()[-1] == f"{n} passed, 1 failed"
+
+
+def test_validate_stage(json_database, tmp_path, capsys, monkeypatch):
+    out_dir = tmp_path / "report"
+    monkeypatch.setenv("DRAGON_NO_MLFLOW", "1")
+    assert main(["codec", "validate", "--harvest", str(json_database / "llvm"), str(json_database / "cuda"),
+                 "--out", str(out_dir)]) == 0
+    m = json.loads((out_dir / "metrics.json").read_text())
+    assert m["failed"] == 0 and m["records"] == m["passed"] > 0
+    assert set(m["by_target"]) == {"llvm", "cuda"}
+    assert m["instruction_kinds"]["Tensorize"] > 0
+    t = m["tokens"]
+    assert t["median_tokens.smollm2.codec"] < t["median_tokens.smollm2.str"] < t["median_tokens.smollm2.json"] * 2
+    assert t["ratio.smollm2.codec_over_json.median"] <= 1 / 8
+    assert t["ratio.smollm2.codec_over_str.median"] <= 1 / 2.5
+    assert "passed, 0 failed" in (out_dir / "summary.md").read_text()
