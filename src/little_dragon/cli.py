@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "harvest": "little_dragon.harvest.cli",
     "datasets": "little_dragon.datasets.cli",
     "quality": "little_dragon.quality.cli",
+    "train": "little_dragon.training.cli",
 }
 
 
@@ -61,4 +62,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-    "train": "little_dragon.training.cli",

@@ -32,6 +32,7 @@ SECTIONS: dict[str, str] = {
     "harvest": "little_dragon.harvest.config:HarvestConfig",
     "datasets": "little_dragon.datasets.config:DatasetsConfig",
     "quality": "little_dragon.quality.config:QualityConfig",
+    "sft": "little_dragon.training.config:SFTConfig",
 }
 
 
@@ -166,4 +167,3 @@ def flat_params(cfg: Any, prefix: str = "") -> dict[str, Any]:
         else:
             out[key] = v
     return out
-    "sft": "little_dragon.training.config:SFTConfig",
