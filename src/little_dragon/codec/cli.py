@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
     r.add_argument("--no-structural", action="store_true", help="skip applying scripts to the workloads")
 
     v = csub.add_parser("validate", help="DVC stage validate_codec: round-trip whole harvests, write a report")
-    v.add_argument("--harvest", nargs="+", required=True, help="harvest dirs (each with db/<workload_id>/)")
+    v.add_argument("--harvest", nargs="+", required=True, help="harvest dirs (each with db/<workload_id>/) or roots of them")
     v.add_argument("--out", required=True, help="report folder (metrics.json, summary.md)")
 
     k = csub.add_parser("kinds", help="table of TVM instruction kinds and their mnemonics (markdown)")

@@ -43,6 +43,21 @@ def database_dirs(harvest_dir: Path) -> list[Path]:
     return sorted(p for p in db.iterdir() if (p / "database_tuning_record.json").is_file())
 
 
+def expand_harvest_dirs(paths: list[Path]) -> list[Path]:
+    """Accept harvest dirs (``<dir>/db``) and harvest roots (``<root>/<target_key>/db``), e.g. the
+    ``artifacts/harvest`` root whose target key depends on the target dict."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if (p / "db").is_dir():
+            out.append(p)
+            continue
+        children = sorted(c for c in p.iterdir() if (c / "db").is_dir()) if p.is_dir() else []
+        if not children:
+            raise FileNotFoundError(f"{p}: neither a harvest dir (db/) nor a root of harvest dirs")
+        out.extend(children)
+    return out
+
+
 def validate_codec(harvest_dirs: list[Path], out_dir: Path, cfg: CodecConfig | None = None) -> int:
     """Round-trip every record of every workload under ``harvest_dirs``; write ``metrics.json`` and
     ``summary.md`` to ``out_dir``.  Returns the number of failed records (the CLI exits non-zero if > 0)."""
@@ -54,6 +69,7 @@ def validate_codec(harvest_dirs: list[Path], out_dir: Path, cfg: CodecConfig | N
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
     results = []
+    harvest_dirs = expand_harvest_dirs(harvest_dirs)
     with stage_run("validate_codec", params=dataclasses.asdict(cfg),
                    inputs={f"harvest{i}": p for i, p in enumerate(harvest_dirs)}) as mlflow:
         for harvest in harvest_dirs:
