@@ -17,7 +17,7 @@ import pandas as pd
 
 from little_dragon import atomic
 from little_dragon.datasets.config import DatasetsConfig
-from little_dragon.datasets.examples import BuildCounts, build_raw_examples, find_harvests
+from little_dragon.datasets.examples import BuildCounts, all_workloads, build_raw_examples, find_harvests
 from little_dragon.datasets.guard import MANIFEST, SEALED_MARKER
 from little_dragon.datasets.render import RenderCounts, render_examples
 from little_dragon.datasets.split import SEALED_SPLITS, SPLITS, assign_splits, check_no_leakage
@@ -63,21 +63,19 @@ def _counts_by(df: pd.DataFrame, *cols: str) -> dict[str, int]:
 
 
 def build_datasets(cfg: DatasetsConfig, counter: TokenCounter | None = None) -> BuildResult:
-    from little_dragon.workloads.store import load_workloads
-
     unknown = sorted(set(cfg.tasks) - {"construction", "refinement"})
     if unknown or len(cfg.refinement_start_quantiles) != 2:
         raise ValueError(f"datasets: tasks {unknown} unknown (construction, refinement) or "
                          f"refinement_start_quantiles {cfg.refinement_start_quantiles} is not [low, high]")
-    workloads = load_workloads(cfg.workloads)
     harvests = find_harvests(cfg.harvest_roots)
     if not harvests:
         raise FileNotFoundError(f"no harvest (records.parquet) under any of {cfg.harvest_roots}")
+    workloads = all_workloads(cfg.workloads, harvests)
     assignment = assign_splits(workloads, cfg)
     raw, build_counts = build_raw_examples(workloads, harvests, cfg)
     counter = counter or load_counter(cfg.tokenizer)
     examples, render_counts = render_examples(raw, workloads, counter, cfg)
-    meta = workloads[["workload_id", "family", "name"]].merge(
+    meta = workloads[["workload_id", "family", "name", "tvmscript"]].merge(
         assignment[["workload_id", "structural_hash", "group", "split"]], on="workload_id")
     examples = examples.merge(meta, on="workload_id", how="left", validate="many_to_one")
     examples["structural_hash"] = examples["structural_hash"].astype(str)

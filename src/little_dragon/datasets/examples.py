@@ -41,6 +41,17 @@ class Harvest:
     baselines: pd.DataFrame
 
 
+def all_workloads(store: str, harvests: list[Harvest]) -> pd.DataFrame:
+    """The workload store plus the workloads each harvest carries (``<harvest>/workloads.parquet``), e.g. the
+    CUDA set of a harvest brought back from the GPU; one row per workload id (the store wins)."""
+    from little_dragon.workloads.store import load_workloads
+
+    tables = [load_workloads(store)]
+    tables += [pd.read_parquet(h.path / "workloads.parquet")[tables[0].columns]
+               for h in harvests if (h.path / "workloads.parquet").is_file()]
+    return pd.concat(tables, ignore_index=True).drop_duplicates("workload_id", keep="first").reset_index(drop=True)
+
+
 def find_harvests(roots: list[str]) -> list[Harvest]:
     """Every ``<root>/<target_key>/`` holding ``records.parquet`` (missing roots are skipped)."""
     out = []
@@ -161,8 +172,8 @@ def build_raw_examples(workloads: pd.DataFrame, harvests: list[Harvest], cfg: Da
         baselines = dict(zip(h.baselines["workload_id"], h.baselines["baseline_us"].astype(float)))
         for wid, recs in h.records.groupby("workload_id", sort=True):
             if wid not in wl.index:
-                raise ValueError(f"{h.path}/records.parquet: workload {wid} is not in the workload store "
-                                 f"{cfg.workloads} (stale harvest?)")
+                raise ValueError(f"{h.path}/records.parquet: workload {wid} is neither in the workload store "
+                                 f"{cfg.workloads} nor in {h.path}/workloads.parquet (stale harvest?)")
             counts.workloads_with_records += 1
             scripts = distinct_scripts(recs, f"{h.path.name}/{wid}", counts)
             if not scripts:

@@ -16,7 +16,7 @@ EXAMPLE_COLUMNS = [
     "prompt", "completion", "task", "workload_id", "target", "split", "family", "name", "structural_hash",
     "group", "kernel_rendering", "start_script", "start_latency_us", "start_trial", "completion_latency_us",
     "completion_trial", "best_latency_us", "baseline_us", "speedup", "speedup_vs_baseline", "prompt_tokens",
-    "completion_tokens",
+    "completion_tokens", "tvmscript",
 ]
 
 

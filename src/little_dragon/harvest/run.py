@@ -175,6 +175,8 @@ def run_harvest(cfg: HarvestConfig, timing: TimingConfig, workloads: pd.DataFram
             else:
                 _run_local(jobs, work, on_done, cfg.max_concurrent_workloads)
     counts = consolidate(out, selected["workload_id"].tolist())
+    # the harvest carries the workloads it tuned, so a harvest brought from elsewhere (data/) is self-contained
+    atomic.write_parquet(out / "workloads.parquet", selected.reset_index(drop=True))
     return HarvestResult(out_dir=out, tuned_now=len(jobs), skipped=len(selected) - len(jobs),
                          wall_s=time.perf_counter() - t0, **counts)
 

@@ -51,13 +51,12 @@ def _trace_ok(text: Any) -> bool:
 
 def harvest_frames(ds: DatasetsConfig) -> dict[str, pd.DataFrame]:
     """``harvest_records`` (every measured candidate) and ``harvest_workloads`` (one row per tuned workload)."""
-    from little_dragon.datasets.examples import find_harvests
-    from little_dragon.workloads.store import load_workloads
+    from little_dragon.datasets.examples import all_workloads, find_harvests
 
     harvests = find_harvests(ds.harvest_roots)
     if not harvests:
         raise FileNotFoundError(f"no harvest (records.parquet) under any of {ds.harvest_roots}")
-    store_ids = set(load_workloads(ds.workloads)["workload_id"])
+    store_ids = set(all_workloads(ds.workloads, harvests)["workload_id"])
     recs, per_wl = [], []
     for h in harvests:
         r = h.records.copy()
