@@ -50,6 +50,11 @@ def test_tiny_tuning_run_keeps_database_records_and_baselines(tmp_path, tiny_wor
         db = ms.database.JSONDatabase(work_dir=str(res.out_dir / "db" / wid))
         assert len(db) > 0
 
+    # the harvest is self-contained: it carries the workloads it tuned
+    carried = pd.read_parquet(res.out_dir / "workloads.parquet")
+    assert list(carried["workload_id"]) == list(wl["workload_id"])
+    assert (carried["tvmscript"] == wl["tvmscript"].to_numpy()).all()
+
     base = pd.read_parquet(res.out_dir / "baselines.parquet")
     assert set(base["baseline_kind"]) == {"unscheduled"}
     assert (base["baseline_us"] > 0).all()
