@@ -19,7 +19,8 @@ FIELD_SYMBOL = {
 HUMAN = {
     "BREF": "a block variable b<N>", "LREF": "a loop variable l<N>", "VREF": "a value variable v<N>",
     "INT": "an integer", "FLOAT": "a float", "STRING": 'a "string"', "NAME": "a name", "KEY": "an annotation key",
-    "BUF": "a buffer r<i>/w<i>", "NONE": "_", "IDENT": "an index name", "LET": "a shared sub-expression $<k>", "_NL": "end of line", "$END": "end of script",
+    "BUF": "a buffer r<i>/w<i>", "NONE": "_", "IDENT": "an index name", "LET": "a shared sub-expression $<k>",
+    "SPAN": "a source span @line:col-end or @k", "_NL": "end of line", "$END": "end of script",
 }
 
 _COMMON = r"""
@@ -35,7 +36,8 @@ thread: NAME | STRING
 decision: "=" INT+
 probs: "~" FLOAT+
 
-imap: "{" [IDENT ("," IDENT)*] let* "->" [expr ("," expr)*] "}" I64? BANG?
+imap: "{" [index ("," index)*] let* "->" [expr ("," expr)*] "}" I64? BANG?
+index: IDENT (SPAN STRING?)?
 let: ";" LET "=" sum
 ?expr: sum
 ?sum: sum ADDOP product -> binop
@@ -52,6 +54,7 @@ MULOP: "*" | "//" | "%"
 CALL: "min" | "max"
 I64: "i64"
 LET: /\$[0-9]+/
+SPAN: /@[0-9]+(:[0-9]+-[0-9]+(:[0-9]+)?)?/
 BANG: "!"
 
 TRUE: "true"

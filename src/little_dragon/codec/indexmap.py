@@ -7,6 +7,12 @@ reproduces the original text: variables are shared objects, every other node is 
 variables (TVM substitutes sampled tile sizes into layout maps); scripts write them with script names.
 A sub-expression that TVM shares between several places (one object, e.g. ``i0//16`` used by both a
 ``//`` and a ``%``) is bound once, ``{i0,i1;$0=i0//16->$0//4,$0%4}``, so the object graph is rebuilt exactly.
+Source spans: indices of maps that MetaSchedule takes from a block of a TVMScript-parsed workload (the
+tensor-core ``ReIndex``/``TransformLayout``/``TransformBlockLayout`` maps) keep the block iteration variables'
+``Span``, so the serialized graph holds it.  An index writes its span after ``@``: ``v_i@17:21-56`` (line 17,
+columns 21 to 56; ``@17:21-18:4`` when it ends on another line; a quoted source name follows when it is not
+``"<str>"``), and an index carrying the same span object as the k-th span written earlier in the map writes
+``@k``: ``{v_i@17:21-56,v_j@0,v_k->v_i,v_j,v_k}``.
 Suffixes: ``i64`` when the indices are int64; ``!`` when the JSON text is compact rather than indented
 (a database stores indented maps; a live trace's ``as_json()`` may hold compact ones).
 """
@@ -23,6 +29,8 @@ BINOPS = {"prim.Add": "+", "prim.Sub": "-", "prim.Mul": "*", "prim.FloorDiv": "/
 CALLS = {"prim.Min": "min", "prim.Max": "max"}
 PREC = {"+": 1, "-": 1, "*": 2, "//": 2, "%": 2}
 
+DEFAULT_SOURCE = "<str>"  # TVMScript's source name for parsed text
+SpanT = tuple  # (source_name, line, column, end_line, end_column), as TVM serializes an ir.Span
 Expr = tuple  # ("var", name) | ("int", value) | ("ref", k) | (op, lhs, rhs) op in PREC | ("min"|"max", a, b)
 
 
@@ -33,6 +41,8 @@ class Lambda:
     dtype: str = "int32"
     pretty: bool = False  # the JSON text is indented (2 spaces) rather than compact
     lets: tuple[Expr, ...] = ()  # shared sub-expressions, referenced as ("ref", k)
+    spans: tuple[SpanT, ...] = ()  # distinct Span objects of the indices, in order of first use
+    param_spans: tuple[int, ...] = ()  # per index: its span (index into ``spans``) or -1; () when none has one
 
 
 def parse_graph(text: str) -> Lambda:
@@ -51,6 +61,11 @@ def parse_graph(text: str) -> Lambda:
 
     def dtype_of(node: dict) -> None:
         dtypes.add(nodes[node["data"]["ty"]]["data"]["dtype"])
+
+    def no_span(node: dict, what: str) -> None:
+        span = node["data"].get("span")
+        if span is not None and nodes[span].get("type") != "None":
+            raise EncodeError(f"IndexMap {what} ({node['type']}) carries a source span; only indices may")
 
     # nodes referenced from more than one place are shared objects: bind them once
     uses: dict[int, int] = {}
@@ -77,27 +92,69 @@ def parse_graph(text: str) -> Lambda:
         t, d = node["type"], node.get("data")
         if t == "ir.Var":
             dtype_of(node)
+            if i not in param_nodes:
+                no_span(node, "free variable")
             return ("var", nodes[d["name"]]["data"])
         if t == "ir.IntImm":
             dtype_of(node)
+            no_span(node, "constant")
             return ("int", int(nodes[d["value"]]["data"]))
-        if t in BINOPS:
+        if t in BINOPS or t in CALLS:
             dtype_of(node)
-            return (BINOPS[t], expr(d["a"]), expr(d["b"]))
-        if t in CALLS:
-            dtype_of(node)
-            return (CALLS[t], expr(d["a"]), expr(d["b"]))
+            no_span(node, "expression")
+            return ((BINOPS | CALLS)[t], expr(d["a"]), expr(d["b"]))
         raise EncodeError(f"IndexMap expression node {t} is not supported")
 
-    params = tuple(expr(i) for i in nodes[data["initial_indices"]]["data"])
-    if any(p[0] != "var" for p in params):
+    param_nodes = list(nodes[data["initial_indices"]]["data"])
+    if any(nodes[i].get("type") != "ir.Var" for i in param_nodes):
         raise EncodeError("IndexMap initial indices must be variables")
+    params = tuple(expr(i) for i in param_nodes)
+    spans, param_spans = _param_spans(nodes, param_nodes)
     body = tuple(expr(i) for i in nodes[data["final_indices"]]["data"])
     lets = tuple(expr(i, top=True) for i in shared)
     if len(dtypes) > 1:
         raise EncodeError(f"IndexMap mixes index dtypes {sorted(dtypes)}")
     return Lambda(tuple(p[1] for p in params), body, dtypes.pop() if dtypes else "int32", text.startswith("{\n"),
-                  lets)
+                  lets, spans, param_spans)
+
+
+def _param_spans(nodes: list[dict], param_nodes: list[int]) -> tuple[tuple[SpanT, ...], tuple[int, ...]]:
+    """The indices' Span objects: distinct span nodes in order of first use, and each index's span."""
+    span_nodes: list[int] = []
+    per_param: list[int] = []
+    for i in param_nodes:
+        s = nodes[i]["data"].get("span")
+        if s is None or nodes[s].get("type") == "None":
+            per_param.append(-1)
+            continue
+        if nodes[s].get("type") != "ir.Span":
+            raise EncodeError(f"IndexMap index span is a {nodes[s].get('type')}, not an ir.Span")
+        if s not in span_nodes:
+            span_nodes.append(s)
+        per_param.append(span_nodes.index(s))
+    spans = []
+    for s in span_nodes:
+        d = nodes[s]["data"]
+        source = nodes[d["source_name"]]
+        if source.get("type") != "ir.SourceName" or not isinstance(source.get("data"), str):
+            raise EncodeError(f"IndexMap span has no source name: {source}")
+        pos = tuple(d.get(k) for k in ("line", "column", "end_line", "end_column"))
+        if not all(type(x) is int and x >= 0 for x in pos):
+            raise EncodeError(f"IndexMap span position {pos} is not four non-negative integers")
+        spans.append((source["data"], *pos))
+    return tuple(spans), (tuple(per_param) if span_nodes else ())
+
+
+def format_span(lam: Lambda, k: int, written: set[int]) -> str:
+    """``@line:col-end_col`` (``@line:col-end_line:end_col``) the first time, ``@k`` for a span written earlier."""
+    if k < 0:
+        return ""
+    if k in written:
+        return f"@{k}"
+    written.add(k)
+    source, line, col, end_line, end_col = lam.spans[k]
+    text = f"@{line}:{col}-" + (f"{end_col}" if end_line == line else f"{end_line}:{end_col}")
+    return text + ("" if source == DEFAULT_SOURCE else json.dumps(source))
 
 
 def format_expr(e: Expr, rename: Callable[[str], str], parent: int = 0, right: bool = False) -> str:
@@ -130,7 +187,10 @@ def format_lambda(lam: Lambda, free_names: dict[str, str], pretty_default: bool)
         return free_names[name]
 
     lets = "".join(f";${k}={format_expr(e, rename)}" for k, e in enumerate(lam.lets))
-    text = "{" + ",".join(lam.params) + lets + "->" + ",".join(format_expr(e, rename) for e in lam.body) + "}"
+    written: set[int] = set()
+    spans = lam.param_spans or (-1,) * len(lam.params)
+    heads = [p + format_span(lam, k, written) for p, k in zip(lam.params, spans)]
+    text = "{" + ",".join(heads) + lets + "->" + ",".join(format_expr(e, rename) for e in lam.body) + "}"
     if lam.dtype != "int32":
         if lam.dtype != "int64":
             raise EncodeError(f"IndexMap dtype {lam.dtype} is not supported")
@@ -144,6 +204,23 @@ def _looks_like_rv(name: str) -> bool:
     return len(name) > 1 and name[0] in "blv" and name[1:].isdigit()
 
 
+def graph_difference(original: str, rebuilt: str) -> str:
+    """Where two serialized IndexMaps differ: the first differing node, or the text layout."""
+    try:
+        a, b = json.loads(original), json.loads(rebuilt)
+    except ValueError as e:
+        return f"unreadable graph ({e})"
+    na, nb = a.get("nodes", []), b.get("nodes", [])
+    for k, (x, y) in enumerate(zip(na, nb)):
+        if x != y:
+            return f"node {k} is {json.dumps(x)[:200]} in the trace, {json.dumps(y)[:200]} rebuilt"
+    if len(na) != len(nb):
+        return f"{len(na)} nodes in the trace, {len(nb)} rebuilt"
+    if a != b:
+        return "graph root or metadata differ"
+    return "same graph, different JSON text layout (indentation or key order)"
+
+
 @functools.lru_cache(maxsize=4096)
 def to_graph_json(lam: Lambda) -> str:
     """Lambda (free variables under their TVM names) -> TVM's serialized IndexMap text."""
@@ -151,7 +228,10 @@ def to_graph_json(lam: Lambda) -> str:
     from tvm import tirx
 
     dt = lam.dtype
-    variables = {p: tirx.Var(p, dt) for p in lam.params}
+    span_objs = [tvm.ir.Span(tvm.ir.SourceName(src), line, end_line, col, end_col)  # (line, end_line, col, ...)
+                 for src, line, col, end_line, end_col in lam.spans]
+    spans = lam.param_spans or (-1,) * len(lam.params)
+    variables = {p: tirx.Var(p, dt, span=span_objs[k] if k >= 0 else None) for p, k in zip(lam.params, spans)}
     ops = {"+": tirx.Add, "-": tirx.Sub, "*": tirx.Mul, "//": tirx.FloorDiv, "%": tirx.FloorMod,
            "min": tirx.Min, "max": tirx.Max}
 

@@ -98,11 +98,16 @@ class _Encoder:
                 return THREAD_FULL[v]
             return v if _NAME_RE.match(v) and v not in THREAD_ABBREV else json.dumps(v)
         if ftype == "map":
-            lam = indexmap.parse_graph(v)
             free = {tvm: mine for tvm, mine in self.names.items() if mine[0] == "v"}
-            text = indexmap.format_lambda(lam, free, pretty_default=True)
-            if indexmap.to_graph_json(lam) != v:
-                raise self.err("IndexMap cannot be reproduced exactly from its lambda (shared sub-expressions?)")
+            try:
+                lam = indexmap.parse_graph(v)
+                text = indexmap.format_lambda(lam, free, pretty_default=True)
+            except EncodeError as e:
+                raise self.err(e.message) from None
+            rebuilt = indexmap.to_graph_json(lam)
+            if rebuilt != v:
+                raise self.err(f"IndexMap {text} cannot be reproduced exactly from its lambda: "
+                               f"{indexmap.graph_difference(v, rebuilt)}")
             return text
         raise self.err(f"internal: unknown field type {ftype}")
 
@@ -343,16 +348,18 @@ class _Decoder:
         raise self.err(f"internal: unknown field type {ftype}", tok)
 
     def index_map(self, node: Any, pretty_default: bool) -> str:
-        from lark import Token
+        from lark import Token, Tree
 
-        params = [str(c) for c in node.children if isinstance(c, Token) and c.type == "IDENT"]
+        indices = [c for c in node.children if isinstance(c, Tree) and c.data == "index"]
+        params = [str(c.children[0]) for c in indices]
         flags = {c.type for c in node.children if isinstance(c, Token)}
         if len(set(params)) != len(params):
             raise self.err("repeated index name in index map", node)
+        spans, param_spans = self.index_spans(indices)
         lets: list = []
         body = []
         for c in node.children:
-            if isinstance(c, Token):
+            if isinstance(c, Token) or c.data == "index":
                 continue
             if c.data == "let":
                 if str(c.children[0]) != f"${len(lets)}":
@@ -362,8 +369,36 @@ class _Decoder:
             else:
                 body.append(self.expr(c, set(params), len(lets)))
         lam = indexmap.Lambda(tuple(params), tuple(body), "int64" if "I64" in flags else "int32",
-                              pretty_default != ("BANG" in flags), tuple(lets))
+                              pretty_default != ("BANG" in flags), tuple(lets), spans, param_spans)
         return indexmap.to_graph_json(lam)
+
+    def index_spans(self, indices: list) -> tuple[tuple, tuple[int, ...]]:
+        """``@line:col-end[:end_col]["source"]`` starts a new span object, ``@k`` reuses the k-th."""
+        spans: list[tuple] = []
+        per_index: list[int] = []
+        for c in indices:
+            if len(c.children) == 1:
+                per_index.append(-1)
+                continue
+            tok = c.children[1]
+            body = str(tok)[1:]
+            if ":" not in body:
+                k = int(body)
+                if k >= len(spans):
+                    raise self.err("undefined span reference", tok,
+                                   expected=f"@0..@{len(spans) - 1}" if spans else "a span @line:col-end",
+                                   found=str(tok))
+                if len(c.children) > 2:
+                    raise self.err("a span reference takes no source name", c.children[2], expected="',' or ';'")
+                per_index.append(k)
+                continue
+            start, end = body.split("-")
+            line, col = map(int, start.split(":"))
+            end_line, end_col = map(int, end.split(":")) if ":" in end else (line, int(end))
+            source = json.loads(c.children[2]) if len(c.children) > 2 else indexmap.DEFAULT_SOURCE
+            spans.append((source, line, col, end_line, end_col))
+            per_index.append(len(spans) - 1)
+        return tuple(spans), (tuple(per_index) if spans else ())
 
     def expr(self, node: Any, params: set[str], n_lets: int) -> tuple:
         d, ch = node.data, node.children
