@@ -67,4 +67,10 @@ def test_validate_stage(json_database, tmp_path, capsys, monkeypatch):
     # The 1/8-of-JSON target is NOT met on design-space samples (about 0.33, see docs/codec.md);
     # this bound only guards against regressions.
     assert t["ratio.smollm2.codec_over_json.median"] <= 0.4
-    assert "passed, 0 failed" in (out_dir / "summary.md").read_text()
+    by_target = m["tokens_by_target"]
+    assert set(by_target) == {"llvm", "cuda"}
+    assert sum(v["records"] for v in by_target.values()) == m["token_records"]
+    for v in by_target.values():
+        assert v["ratio.smollm2.codec_over_json.median"] < 1
+    summary = (out_dir / "summary.md").read_text()
+    assert "passed, 0 failed" in summary and "| llvm | smollm2 |" in summary and "| cuda | smollm2 |" in summary

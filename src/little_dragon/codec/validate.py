@@ -103,17 +103,25 @@ def _metrics(results: list, cfg: CodecConfig, count_tokens: Any, json_text: Any,
     if cfg.token_sample:
         measured = measured[:: max(1, len(measured) // cfg.token_sample)][: cfg.token_sample]
     tokens: dict[str, float] = {}
+    tokens_by_target: dict[str, dict[str, float]] = {}
     chars: dict[str, float] = {}
     if measured:
         samples = [{"codec": r.text, "json": json_text(r.trace_json), "str": r.trace_str} for r in measured]
-        tokens = summarize(count_tokens(samples, cfg.bpe_vocab_size))
+        counts = count_tokens(samples, cfg.bpe_vocab_size)
+        tokens = summarize(counts)
+        # per target too: llvm and CUDA traces differ in size and make-up, and the issue's bar is on both
+        for kind in sorted({_target_kind(r.target) for r in measured}):
+            idx = [i for i, r in enumerate(measured) if _target_kind(r.target) == kind]
+            tokens_by_target[kind] = summarize({k: [v[i] for i in idx] for k, v in counts.items()})
+            tokens_by_target[kind]["records"] = float(len(idx))
         for form in ("codec", "json", "str"):
             chars[f"median_chars.{form}"] = float(statistics.median(len(s[form]) for s in samples))
     failures = [{"workload": r.workload, "record": r.record, "error": r.error} for r in results if not r.ok]
     return {
         "records": len(results), "passed": sum(r.ok for r in results), "failed": len(failures),
         "by_target": {k: dict(v) for k, v in sorted(by_target.items())},
-        "instruction_kinds": dict(kinds.most_common()), "tokens": tokens, "chars": chars,
+        "instruction_kinds": dict(kinds.most_common()), "tokens": tokens, "tokens_by_target": tokens_by_target,
+        "chars": chars,
         "token_records": len(measured), "failures": failures[: cfg.max_failures_listed],
     }
 
@@ -122,14 +130,16 @@ def _summary(m: dict) -> str:
     per_target = ", ".join(f"{k}: {v.get('passed', 0)}/{sum(v.values())}" for k, v in m["by_target"].items())
     lines = ["# Codec validation", "",
              f"**{m['passed']} passed, {m['failed']} failed** of {m['records']} records ({per_target}).",
-             "", "## Tokens (median over records)", "", "| tokenizer | codec | JSON | str(trace) | codec/JSON | "
-             "codec/str |", "|---|---|---|---|---|---|"]
-    t = m["tokens"]
-    for tok in ("smollm2", "bpe"):
-        if f"median_tokens.{tok}.codec" in t:
-            lines.append(f"| {tok} | {t[f'median_tokens.{tok}.codec']:.0f} | {t[f'median_tokens.{tok}.json']:.0f} | "
-                         f"{t[f'median_tokens.{tok}.str']:.0f} | {t[f'ratio.{tok}.codec_over_json.median']:.3f} | "
-                         f"{t[f'ratio.{tok}.codec_over_str.median']:.3f} |")
+             "", "## Tokens (median over records; ratios: median of per-record ratios)", "",
+             "| target | tokenizer | codec | JSON | str(trace) | codec/JSON | codec/str |",
+             "|---|---|---|---|---|---|---|"]
+    for scope, t in [("all", m["tokens"])] + sorted(m.get("tokens_by_target", {}).items()):
+        for tok in ("smollm2", "bpe"):
+            if f"median_tokens.{tok}.codec" in t:
+                lines.append(f"| {scope} | {tok} | {t[f'median_tokens.{tok}.codec']:.0f} | "
+                             f"{t[f'median_tokens.{tok}.json']:.0f} | {t[f'median_tokens.{tok}.str']:.0f} | "
+                             f"{t[f'ratio.{tok}.codec_over_json.median']:.3f} | "
+                             f"{t[f'ratio.{tok}.codec_over_str.median']:.3f} |")
     lines += ["", "## Instruction kinds", "", "| kind | count |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in m["instruction_kinds"].items()]
     if m["failures"]:
