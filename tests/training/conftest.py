@@ -1,4 +1,5 @@
-"""Shared fixtures: small real SFT sets (TVMScript prompts, TVM-applied scripts) and a private MLflow store."""
+"""Shared fixtures: small real SFT rows (dataset-template prompts, codec scripts of traces sampled from
+MetaSchedule design spaces) and a private MLflow store."""
 from __future__ import annotations
 
 import json
@@ -23,7 +24,7 @@ def jsonl():
 def standin_rows() -> list[dict]:
     from little_dragon.training.standin import make_rows
 
-    return make_rows(n_per_workload=4, seed=0)
+    return make_rows(n_per_workload=6, seed=0)
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ def trained(tmp_path_factory, standin_rows, jsonl, mlflow_store):
     from little_dragon.training.sft import train_sft
 
     # one workload, so a few dozen steps are enough to learn its scripts (validity must rise from zero)
-    rows = [r for r in standin_rows if r["name"] == "matmul_64_64_64"]
+    rows = [r for r in standin_rows if r["name"] == "matmul_64"]
     d = tmp_path_factory.mktemp("sft")
     train = jsonl(d / "train.jsonl", rows)
     val = jsonl(d / "validation.jsonl", rows[:2])
@@ -69,8 +69,10 @@ def test_registered_model_loads_back_and_writes_a_valid_script(trained):
     from little_dragon.training.registry import load_registered
 
     model, tok = load_registered(f"models:/{MODEL_NAME}/1")
-    row = trained["rows"][0]
+    # a refinement prompt has one completion in these rows (a construction prompt has three, which greedy
+    # decoding of a barely trained model blends), so 160 steps are enough for the greedy script to be right
+    row = next(r for r in trained["rows"] if r["task"] == "refinement")
     [script] = sample_scripts(model, tok, [row["prompt"]], max_new_tokens=400, temperature=0.0)
-    assert script.strip()
     verdict = check_script(script, row)
     assert verdict.decoded, verdict.error
+    assert verdict.valid, verdict.error  # and TVM applies it to a fresh schedule of the workload

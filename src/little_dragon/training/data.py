@@ -1,4 +1,6 @@
-"""The SFT sets as TRL prompt/completion datasets, with both tasks mixed at a configured ratio."""
+"""The SFT sets as TRL prompt/completion datasets, with both tasks mixed at a configured ratio.
+
+Prompts are read as the dataset stage wrote them (template: ``little_dragon.datasets.prompts``)."""
 from __future__ import annotations
 
 import json
@@ -10,19 +12,13 @@ TASKS = ("construction", "refinement")
 REQUIRED = ("prompt", "completion", "task", "workload_id")
 
 
-def construction_prompt(tvmscript: str) -> str:
-    """Stand-in prompt format (the dataset stage owns the real one; training only needs prompt strings)."""
-    return f"### Task: construction\n### Workload:\n{tvmscript.strip()}\n### Script:\n"
-
-
-def refinement_prompt(tvmscript: str, previous: str) -> str:
-    return (f"### Task: refinement\n### Workload:\n{tvmscript.strip()}\n### Previous script:\n{previous.strip()}\n"
-            f"### Script:\n")
-
-
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a prompt/completion JSONL set; a malformed row is an error naming the file and line."""
-    path = Path(path)
+    """Rows of a prompt/completion JSONL set; a malformed row is an error naming the file and line.
+
+    A file of the sealed evaluation set is refused before it is opened (``SealedDataError``)."""
+    from little_dragon.datasets.guard import assert_not_sealed
+
+    path = assert_not_sealed(path)
     rows = []
     with open(path) as f:
         for lineno, line in enumerate(f, 1):

@@ -24,12 +24,6 @@ from little_dragon.training.deepspeed_setup import (deepspeed_config_path, descr
 log = logging.getLogger(__name__)
 
 
-def _refuse_sealed(*paths: str | os.PathLike) -> None:
-    for p in paths:
-        if "sealed" in Path(p).name.lower():
-            raise ValueError(f"{p}: training must never read the sealed evaluation set")
-
-
 def _precision(cfg: SFTConfig) -> str:
     if cfg.precision != "auto":
         return cfg.precision
@@ -93,10 +87,9 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
     from little_dragon.training.callbacks import MLflowMetricsCallback, ValidityCallback, validity_rate
     from little_dragon.training.models import load_model
 
-    _refuse_sealed(train_path, val_path)
     out_dir = Path(out_dir)
     t_start = time.perf_counter()
-    all_train = sft_data.read_rows(train_path)
+    all_train = sft_data.read_rows(train_path)  # both reads refuse the sealed set
     val_rows = sft_data.read_rows(val_path)
     train_rows = sft_data.mix_tasks(all_train, cfg.construction_fraction, cfg.seed)
     if cfg.max_train_rows is not None:

@@ -21,9 +21,14 @@ def train_bpe_tokenizer(corpus: Iterable[str], vocab_size: int, out_dir: str | P
 
     tok = Tokenizer(models.BPE())
     # no GPT-2 pre-split regex: merges may cross spaces and punctuation, so frequent script phrases such as
-    # ' = sch.split(loop=' become single tokens (5.0 vs 2.3 bytes/token on scripts, vocab 512); capped length
-    # keeps numbers and names composable rather than memorised whole lines
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    # 'split l0 v0 v1' become single tokens; capped length keeps numbers and names composable rather than
+    # memorised whole lines.  Merges never cross a line end: the prompt ends with '### Script:\n', and a
+    # token spanning that newline and the script's first word would exist in training (prompt+completion
+    # tokenized together) but never at generation, where the prompt is tokenized alone.
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split("\n", behavior="merged_with_previous"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS, PAD], min_frequency=2, max_token_length=24,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
