@@ -1,7 +1,7 @@
 """SFT throughput on this machine: batching (padding / bucketing / packing) and plain vs DeepSpeed on CPU.
 
-Each variant trains the tiny model for the same number of steps on the same real stand-in rows (TVMScript
-prompts, real trace scripts) in its own process, and reports completion+prompt tokens per second (non-
+Each variant trains the tiny model for the same number of steps on the same real rows (dataset-template
+prompts, codec scripts of traces sampled from MetaSchedule design spaces) in its own process, and reports completion+prompt tokens per second (non-
 padding tokens, from the trainer's counter) and seconds per step.  Also measures tokens per script for the
 SmolLM2 tokenizer before and after extending it with codec words (``--tokenizer``).
 
@@ -77,9 +77,7 @@ def tokenizer_measure() -> dict:
     added = extend_tokenizer(tok, words)
     after = tokens_per_text(tok, scripts[half:])
     roundtrip = all(tok.decode(tok(s, add_special_tokens=False)["input_ids"]) == s for s in scripts[half:])
-    from little_dragon.training.validity import codec_available
-
-    return {"script_format": "codec" if codec_available() else "trace-lines (stand-in)",
+    return {"script_format": "codec",
             "tokens_per_script_before": before, "tokens_per_script_after": after, "added_tokens": added,
             "saving": 1 - after / before, "roundtrip_after": roundtrip, "scripts_measured": len(scripts) - half}
 
