@@ -15,7 +15,7 @@ class HarvestConfig:
              '{"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, '
              '"max_shared_memory_per_block": 49152, "thread_warp_size": 32}.')
     trials_per_workload: int = field(16, help="MetaSchedule max_trials_global for each workload.")
-    trials_per_iter: int = field(8, help="Candidates built and measured per search iteration.")
+    trials_per_iter: int = field(16, help="Candidates built and measured per search iteration (one search + one build batch per iteration: fewer, larger iterations cost less overhead).")
     builder_workers: int = field(2, help="Parallel build processes (MetaSchedule LocalBuilder).")
     build_timeout_sec: float = field(30.0, help="Build timeout per candidate, seconds.")
     workload_timeout_sec: float = field(600.0, help="A workload's whole tuning run is killed after this.")
