@@ -1,6 +1,7 @@
 """Great Expectations gates on real data: they pass on clean data and name the offending rows otherwise."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -152,3 +153,32 @@ def test_cli_gate_fails_the_stage_with_the_expectation_named(harvested, tmp_path
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = mlflow.search_runs(experiment_names=["little-dragon/quality-harvest"])
     assert len(runs) == 1 and runs.iloc[0]["metrics.success"] == 0.0
+
+
+def test_harvest_gate_tolerates_a_recorded_tuning_failure_but_not_an_ok_workload_without_valid_records(
+        harvested, tmp_path):
+    """A crash the harvest recorded (status failed) is data; an 'ok' workload with no valid record is not."""
+    from little_dragon.quality.gate import QualityGateError, check
+
+    qc = quality_cfg(tmp_path)
+    d = _copy_harvest(harvested, tmp_path / "h")
+    hdir = next((d / "harvest").glob("*/records.parquet")).parent
+    status = pd.read_parquet(hdir / "status.parquet")
+    rec = pd.read_parquet(hdir / "records.parquet")
+    victim = status.iloc[0]["workload_id"]
+    # 1) the harvest recorded the victim's tuning as failed: no records, no baseline -> still passes
+    status.loc[0, ["status", "error", "valid_trials"]] = ["failed", f"workload {victim}: crash", 0]
+    status.to_parquet(hdir / "status.parquet", index=False)
+    rec[rec["workload_id"] != victim].to_parquet(hdir / "records.parquet", index=False)
+    base = pd.read_parquet(hdir / "baselines.parquet")
+    base[base["workload_id"] != victim].to_parquet(hdir / "baselines.parquet", index=False)
+    qc_loose = dataclasses.replace(qc, max_failed_workload_fraction=0.5)
+    assert check("harvest", datasets_cfg(d, tmp_path), qc_loose).success
+    # 2) but not when failures exceed the allowed share
+    with pytest.raises(QualityGateError, match="status"):
+        check("harvest", datasets_cfg(d, tmp_path), dataclasses.replace(qc, max_failed_workload_fraction=0.0))
+    # 3) and an 'ok' workload whose records are all invalid fails, named
+    status.loc[0, ["status", "error"]] = ["ok", ""]
+    status.to_parquet(hdir / "status.parquet", index=False)
+    with pytest.raises(QualityGateError, match=f"valid_records(.|\\n)*{victim}"):
+        check("harvest", datasets_cfg(d, tmp_path), qc_loose)
