@@ -20,7 +20,8 @@ HUMAN = {
     "BREF": "a block variable b<N>", "LREF": "a loop variable l<N>", "VREF": "a value variable v<N>",
     "INT": "an integer", "FLOAT": "a float", "STRING": 'a "string"', "NAME": "a name", "KEY": "an annotation key",
     "BUF": "a buffer r<i>/w<i>", "NONE": "_", "IDENT": "an index name", "LET": "a shared sub-expression $<k>",
-    "SPAN": "a source span @line:col-end or @k", "_NL": "end of line", "$END": "end of script",
+    "SPAN": "a source span @line:col-end or @k", "VBAR": "| (the inverse map)", "_NL": "end of line",
+    "$END": "end of script",
 }
 
 _COMMON = r"""
@@ -36,7 +37,8 @@ thread: NAME | STRING
 decision: "=" INT+
 probs: "~" FLOAT+
 
-imap: "{" [index ("," index)*] let* "->" [expr ("," expr)*] "}" I64? BANG?
+imap: "{" [index ("," index)*] let* "->" [expr ("," expr)*] inverse? "}" I64? BANG?
+inverse: "|" [index ("," index)*] let* "->" [expr ("," expr)*]
 index: IDENT (SPAN STRING?)?
 let: ";" LET "=" sum
 ?expr: sum

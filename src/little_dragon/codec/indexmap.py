@@ -13,6 +13,11 @@ tensor-core ``ReIndex``/``TransformLayout``/``TransformBlockLayout`` maps) keep 
 columns 21 to 56; ``@17:21-18:4`` when it ends on another line; a quoted source name follows when it is not
 ``"<str>"``), and an index carrying the same span object as the k-th span written earlier in the map writes
 ``@k``: ``{v_i@17:21-56,v_j@0,v_k->v_i,v_j,v_k}``.
+Inverse maps: MetaSchedule's RewriteLayout post-processor stores the inverse with the map (TVM serializes it
+as ``inverse_index_map``); it follows the forward body after ``|`` in the same notation, with its own indices,
+spans and ``$k`` bindings (a separate scope: TVM builds the inverse's indices as new variables, often with the
+same names): ``{i0,i1,i2->i1//4,i1%4,i2|i0,i1,i2->0,i0*4+i1,i2}``.  Free variables are the same objects in
+both parts.
 Suffixes: ``i64`` when the indices are int64; ``!`` when the JSON text is compact rather than indented
 (a database stores indented maps; a live trace's ``as_json()`` may hold compact ones).
 """
@@ -43,6 +48,7 @@ class Lambda:
     lets: tuple[Expr, ...] = ()  # shared sub-expressions, referenced as ("ref", k)
     spans: tuple[SpanT, ...] = ()  # distinct Span objects of the indices, in order of first use
     param_spans: tuple[int, ...] = ()  # per index: its span (index into ``spans``) or -1; () when none has one
+    inverse: "Lambda | None" = None  # the stored inverse map (same dtype; its own pretty flag is unused)
 
 
 def parse_graph(text: str) -> Lambda:
@@ -53,11 +59,25 @@ def parse_graph(text: str) -> Lambda:
         root = nodes[graph["root_index"]]
     except (ValueError, KeyError, IndexError, TypeError) as e:
         raise EncodeError(f"not a serialized IndexMap: {e}") from e
+    dtypes: set[str] = set()
+    lam = _parse_map(nodes, root, dtypes, allow_inverse=True)
+    if len(dtypes) > 1:
+        raise EncodeError(f"IndexMap mixes index dtypes {sorted(dtypes)}")
+    dtype = dtypes.pop() if dtypes else "int32"
+    inverse = lam.inverse and dataclasses.replace(lam.inverse, dtype=dtype)
+    return dataclasses.replace(lam, dtype=dtype, pretty=text.startswith("{\n"), inverse=inverse)
+
+
+def _parse_map(nodes: list[dict], root: dict, dtypes: set[str], allow_inverse: bool) -> Lambda:
+    """One IndexMap node (and its inverse, when allowed) -> Lambda; index dtypes are collected in ``dtypes``."""
     if root.get("type") != "tirx.IndexMap":
         raise EncodeError(f"expected a tirx.IndexMap, found {root.get('type')}")
-    if nodes[root["data"]["inverse_index_map"]].get("type") != "None":
-        raise EncodeError("IndexMap with an inverse map is not supported")
-    dtypes: set[str] = set()
+    inverse_node = nodes[root["data"]["inverse_index_map"]]
+    inverse = None
+    if inverse_node.get("type") != "None":
+        if not allow_inverse:
+            raise EncodeError("the inverse of an IndexMap's inverse map is not supported")
+        inverse = _parse_map(nodes, inverse_node, dtypes, allow_inverse=False)
 
     def dtype_of(node: dict) -> None:
         dtypes.add(nodes[node["data"]["ty"]]["data"]["dtype"])
@@ -112,10 +132,8 @@ def parse_graph(text: str) -> Lambda:
     spans, param_spans = _param_spans(nodes, param_nodes)
     body = tuple(expr(i) for i in nodes[data["final_indices"]]["data"])
     lets = tuple(expr(i, top=True) for i in shared)
-    if len(dtypes) > 1:
-        raise EncodeError(f"IndexMap mixes index dtypes {sorted(dtypes)}")
-    return Lambda(tuple(p[1] for p in params), body, dtypes.pop() if dtypes else "int32", text.startswith("{\n"),
-                  lets, spans, param_spans)
+    return Lambda(tuple(p[1] for p in params), body, lets=lets, spans=spans, param_spans=param_spans,
+                  inverse=inverse)
 
 
 def _param_spans(nodes: list[dict], param_nodes: list[int]) -> tuple[tuple[SpanT, ...], tuple[int, ...]]:
@@ -175,6 +193,23 @@ def format_expr(e: Expr, rename: Callable[[str], str], parent: int = 0, right: b
 
 def format_lambda(lam: Lambda, free_names: dict[str, str], pretty_default: bool) -> str:
     """Lambda -> script text; ``free_names`` maps TVM names of trace variables to script names."""
+    text = "{" + _format_part(lam, free_names)
+    if lam.inverse is not None:
+        if lam.inverse.inverse is not None:
+            raise EncodeError("the inverse of an IndexMap's inverse map is not supported")
+        text += "|" + _format_part(lam.inverse, free_names)
+    text += "}"
+    if lam.dtype != "int32":
+        if lam.dtype != "int64":
+            raise EncodeError(f"IndexMap dtype {lam.dtype} is not supported")
+        text += "i64"
+    if lam.pretty != pretty_default:
+        text += "!"
+    return text
+
+
+def _format_part(lam: Lambda, free_names: dict[str, str]) -> str:
+    """``indices;lets->body`` of one map (forward or inverse): its own scope of indices, spans and lets."""
     params = set(lam.params)
 
     def rename(name: str) -> str:
@@ -190,14 +225,7 @@ def format_lambda(lam: Lambda, free_names: dict[str, str], pretty_default: bool)
     written: set[int] = set()
     spans = lam.param_spans or (-1,) * len(lam.params)
     heads = [p + format_span(lam, k, written) for p, k in zip(lam.params, spans)]
-    text = "{" + ",".join(heads) + lets + "->" + ",".join(format_expr(e, rename) for e in lam.body) + "}"
-    if lam.dtype != "int32":
-        if lam.dtype != "int64":
-            raise EncodeError(f"IndexMap dtype {lam.dtype} is not supported")
-        text += "i64"
-    if lam.pretty != pretty_default:
-        text += "!"
-    return text
+    return ",".join(heads) + lets + "->" + ",".join(format_expr(e, rename) for e in lam.body)
 
 
 def _looks_like_rv(name: str) -> bool:
@@ -225,9 +253,19 @@ def graph_difference(original: str, rebuilt: str) -> str:
 def to_graph_json(lam: Lambda) -> str:
     """Lambda (free variables under their TVM names) -> TVM's serialized IndexMap text."""
     import tvm
+
+    free: dict = {}  # trace variables: one object each, shared by the map and its inverse
+    inverse = _build_map(lam.inverse, lam.dtype, free) if lam.inverse is not None else None
+    index_map = _build_map(lam, lam.dtype, free, inverse)
+    text = tvm.ir.save_json(index_map)
+    return json.dumps(json.loads(text), indent=2) if lam.pretty else text
+
+
+def _build_map(lam: Lambda, dt: str, free: dict, inverse=None):
+    """One IndexMap from TVM's node constructors: fresh indices (own scope), free variables from ``free``."""
+    import tvm
     from tvm import tirx
 
-    dt = lam.dtype
     span_objs = [tvm.ir.Span(tvm.ir.SourceName(src), line, end_line, col, end_col)  # (line, end_line, col, ...)
                  for src, line, col, end_line, end_col in lam.spans]
     spans = lam.param_spans or (-1,) * len(lam.params)
@@ -241,15 +279,15 @@ def to_graph_json(lam: Lambda) -> str:
         if e[0] == "ref":
             return built[e[1]]
         if e[0] == "var":
-            if e[1] not in variables:
-                variables[e[1]] = tirx.Var(e[1], dt)
-            return variables[e[1]]
+            if e[1] in variables:
+                return variables[e[1]]
+            if e[1] not in free:
+                free[e[1]] = tirx.Var(e[1], dt)
+            return free[e[1]]
         if e[0] == "int":
             return tirx.IntImm(dt, e[1])
         return ops[e[0]](build(e[1]), build(e[2]))
 
     for e in lam.lets:
         built.append(build(e))
-    index_map = tirx.IndexMap([variables[p] for p in lam.params], [build(e) for e in lam.body], None)
-    text = tvm.ir.save_json(index_map)
-    return json.dumps(json.loads(text), indent=2) if lam.pretty else text
+    return tirx.IndexMap([variables[p] for p in lam.params], [build(e) for e in lam.body], inverse)

@@ -7,6 +7,7 @@ mapping between them is exact.  Sampling decisions are written after ``=`` on th
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
@@ -350,16 +351,27 @@ class _Decoder:
     def index_map(self, node: Any, pretty_default: bool) -> str:
         from lark import Token, Tree
 
+        flags = {c.type for c in node.children if isinstance(c, Token)}
+        inverse = next((c for c in node.children if isinstance(c, Tree) and c.data == "inverse"), None)
+        dtype = "int64" if "I64" in flags else "int32"
+        lam = dataclasses.replace(
+            self.map_part(node), dtype=dtype, pretty=pretty_default != ("BANG" in flags),
+            inverse=dataclasses.replace(self.map_part(inverse), dtype=dtype) if inverse is not None else None)
+        return indexmap.to_graph_json(lam)
+
+    def map_part(self, node: Any) -> indexmap.Lambda:
+        """``indices;lets->body`` of a map or of its inverse (its own scope of indices, spans and lets)."""
+        from lark import Token, Tree
+
         indices = [c for c in node.children if isinstance(c, Tree) and c.data == "index"]
         params = [str(c.children[0]) for c in indices]
-        flags = {c.type for c in node.children if isinstance(c, Token)}
         if len(set(params)) != len(params):
             raise self.err("repeated index name in index map", node)
         spans, param_spans = self.index_spans(indices)
         lets: list = []
         body = []
         for c in node.children:
-            if isinstance(c, Token) or c.data == "index":
+            if isinstance(c, Token) or c.data in ("index", "inverse"):
                 continue
             if c.data == "let":
                 if str(c.children[0]) != f"${len(lets)}":
@@ -368,9 +380,7 @@ class _Decoder:
                 lets.append(self.expr(c.children[1], set(params), len(lets)))
             else:
                 body.append(self.expr(c, set(params), len(lets)))
-        lam = indexmap.Lambda(tuple(params), tuple(body), "int64" if "I64" in flags else "int32",
-                              pretty_default != ("BANG" in flags), tuple(lets), spans, param_spans)
-        return indexmap.to_graph_json(lam)
+        return indexmap.Lambda(tuple(params), tuple(body), lets=tuple(lets), spans=spans, param_spans=param_spans)
 
     def index_spans(self, indices: list) -> tuple[tuple, tuple[int, ...]]:
         """``@line:col-end[:end_col]["source"]`` starts a new span object, ``@k`` reuses the k-th."""
