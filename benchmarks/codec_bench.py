@@ -12,7 +12,6 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 
 def _samples(args) -> list[dict]:

@@ -42,7 +42,7 @@ def sample_scripts(mod, target, n: int, seed: int) -> list[str]:
 
     from little_dragon.evaluator.postproc import light_tune_context
     from little_dragon.evaluator.script import encode_script
-    from little_dragon.tvmx.trace_json import trace_to_json
+    from little_dragon.codec import canonical_json
 
     kind = "llvm" if target["kind"] == "llvm" else "cuda"
     scripts: list[str] = []
@@ -51,7 +51,7 @@ def sample_scripts(mod, target, n: int, seed: int) -> list[str]:
     while len(scripts) < n and s < seed + 10 * n:
         sg = ms.space_generator.PostOrderApply(sch_rules=kind, postprocs=kind, mutator_probs=kind)
         for sch in light_tune_context(mod, tvm.target.Target(target), sg, rand_state=s).generate_design_space():
-            text = encode_script(trace_to_json(sch.trace))
+            text = encode_script(canonical_json(sch.trace.as_json(remove_postproc=False)))
             if text not in seen:
                 seen.add(text)
                 scripts.append(text)

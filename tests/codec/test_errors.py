@@ -1,7 +1,6 @@
 """Corrupted scripts and unsupported traces give clear errors: line, column, expected, found."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest

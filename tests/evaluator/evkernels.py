@@ -1,7 +1,6 @@
 """Real TVM workloads and real traces (MetaSchedule design spaces, Schedule-API edits) for the tests."""
 from __future__ import annotations
 
-import json
 
 LLVM = {"kind": "llvm", "num-cores": 2}
 
@@ -29,9 +28,9 @@ def softmax(m: int = 64, n: int = 128):
 def script_of(sch) -> str:
     """A real trace as the script text the model would write (codec text once the codec has landed)."""
     from little_dragon.evaluator.script import encode_script
-    from little_dragon.tvmx.trace_json import trace_to_json
+    from little_dragon.codec import canonical_json
 
-    return encode_script(trace_to_json(sch.trace))
+    return encode_script(canonical_json(sch.trace.as_json(remove_postproc=False)))
 
 
 def design_space_scripts(mod, target=LLVM, seed: int = 1) -> list[str]:

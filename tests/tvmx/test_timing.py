@@ -4,7 +4,6 @@ from __future__ import annotations
 import multiprocessing
 import time
 
-import pytest
 
 from little_dragon.tvmx.timing import Latency, TimingConfig, device_lock
 

@@ -5,7 +5,6 @@ import json
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest

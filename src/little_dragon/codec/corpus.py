@@ -32,7 +32,7 @@ def _matmul(n: int, m: int, k: int, dtype: str = "float32", out: str = "float32"
 
 
 def _matmul_relu(n: int, m: int, k: int):
-    from tvm import te, topi
+    from tvm import te
 
     a, b, c = _matmul(n, m, k)
     d = te.compute(c.shape, lambda i, j: te.max(c[i, j] + 1.0, 0.0), name="D")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from typing import Any, Callable
+from typing import Callable
 
 from little_dragon.codec.errors import EncodeError
 

@@ -131,6 +131,8 @@ SPECS: tuple[KindSpec, ...] = (
              doc="storage-align buffer, axis, factor, offset"),
     KindSpec("SetScope", "scope", (B0, _f("at", 0, "int"), _f("at", 1, "name")), (), n_inputs=1, n_attrs=2,
              doc="set the storage scope of buffer #i"),
+    KindSpec("UnsafeSetDType", "setdtype", (B0, _f("at", 0, "int"), _f("at", 1, "name")), (), n_inputs=1,
+             n_attrs=2, doc="unsafely set the dtype of buffer #i"),
     KindSpec("PadEinsum", "pad", (B0, _f("at", 0, "lit")), (), n_inputs=1, n_attrs=1,
              doc="pad an einsum block's iterators"),
     KindSpec("AddUnitLoop", "unitloop", (_f("in", 0, "bl"),), (), "l", "1", n_inputs=1,

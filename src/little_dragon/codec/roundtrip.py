@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from little_dragon.codec.apply import apply
-from little_dragon.codec.canonical import dumps, first_difference
+from little_dragon.codec.canonical import first_difference
 from little_dragon.codec.errors import CodecError
 from little_dragon.codec.script import decode, encode
 

@@ -44,12 +44,18 @@ class HarvestResult:
     wall_s: float
 
 
+# Version of the per-candidate record format; part of the fingerprint, so a format change re-harvests.
+# 2: trace_json in the MetaSchedule database's canonical JSON form (little_dragon.codec.canonical_json).
+RECORD_FORMAT = 2
+
+
 def config_fingerprint(cfg: HarvestConfig, timing: TimingConfig) -> str:
     """What makes two harvests comparable: a resume only continues a harvest with the same fingerprint."""
     keep = {k: v for k, v in dataclasses.asdict(cfg).items()
             if k not in ("max_workloads", "families", "retry_failed", "orchestrator",
                          "max_concurrent_workloads", "out_dir", "workload_timeout_sec", "builder_workers")}
-    blob = json.dumps({"harvest": keep, "timing": dataclasses.asdict(timing)}, sort_keys=True)
+    blob = json.dumps({"harvest": keep, "timing": dataclasses.asdict(timing), "record_format": RECORD_FORMAT},
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

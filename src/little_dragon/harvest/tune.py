@@ -20,7 +20,7 @@ def _candidate_recorder(path: Path):
     from tvm.s_tir import meta_schedule as ms
     from tvm.ir.utils import derived_object
 
-    from little_dragon.tvmx.trace_json import dumps, trace_to_json
+    from little_dragon.codec.canonical import canonical_json, dumps
 
     @derived_object
     class RecordCandidates(ms.measure_callback.PyMeasureCallback):
@@ -37,7 +37,9 @@ def _candidate_recorder(path: Path):
                 ok = not error and bool(run_secs) and all(math.isfinite(s) and 0 < s < 1e9 for s in run_secs)
                 rows.append({
                     "trial": self.trial,
-                    "trace_json": dumps(trace_to_json(cand.sch.trace)),
+                    # exactly the MetaSchedule database's JSON form (bool IntImms stay true, plain
+                    # bools become 0/1), so records compare equal to database records and codec output
+                    "trace_json": dumps(canonical_json(cand.sch.trace.as_json(remove_postproc=False))),
                     "run_secs": run_secs if ok else [],
                     "latency_us": statistics.median(run_secs) * 1e6 if ok else float("nan"),
                     "valid": ok,
