@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import os
 import sys
@@ -28,6 +29,27 @@ COMMANDS: dict[str, str] = {
 
 class UserError(Exception):
     """An error caused by input the user controls; printed as one line, exit status 2."""
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """``--set KEY=VALUE`` items (VALUE as JSON when it parses, else a string; ``a.b=`` nests) as a dict."""
+    out: dict = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise UserError(f"--set {item!r}: {part} is not a section")
+        node[leaf] = parsed
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,24 +18,9 @@ def add_parser(sub) -> None:
     b.set_defaults(func=main)
 
 
-def parse_overrides(items: list[str]) -> dict:
-    from little_dragon.cli import UserError
-
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UserError(f"--set {item!r}: expected KEY=VALUE")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
-
-
 def main(args) -> int:
     from little_dragon import atomic, tracking
-    from little_dragon.cli import UserError
+    from little_dragon.cli import UserError, parse_overrides
     from little_dragon.config import flat_params, load_section
     from little_dragon.datasets.build import build_datasets
     from little_dragon.datasets.card import PLOTS, write_card

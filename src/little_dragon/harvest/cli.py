@@ -20,7 +20,7 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
-    from little_dragon.cli import UserError
+    from little_dragon.cli import parse_overrides
     from little_dragon.harvest.stage import harvest_stage
     from little_dragon.tvmx import target as tgt
 
@@ -33,14 +33,7 @@ def main(args) -> int:
         overrides["max_workloads"] = args.max_workloads
     if args.orchestrator:
         overrides["orchestrator"] = args.orchestrator
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UserError(f"--set {item!r}: expected KEY=VALUE")
-        try:
-            overrides[key] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[key] = value
+    overrides.update(parse_overrides(args.set))
     res = harvest_stage(args.workloads, args.out, overrides, args.metrics, args.plot)
     print(json.dumps(res))
     return 0 if res["ok"] > 0 else 1

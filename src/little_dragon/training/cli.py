@@ -18,31 +18,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=main)
 
 
-def _overrides(items: list[str]) -> dict:
-    out: dict = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            from little_dragon.cli import UserError
-
-            raise UserError(f"--set {item!r}: expected KEY=VALUE")
-        try:
-            parsed = json.loads(value)
-        except json.JSONDecodeError:
-            parsed = value
-        node = out
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = parsed
-    return out
-
-
 def main(args: argparse.Namespace) -> int:
     from little_dragon.config import load_section, read_params
     from little_dragon.training.sft import train_sft
 
-    overrides = _overrides(args.set)
+    from little_dragon.cli import parse_overrides
+
+    overrides = parse_overrides(args.set)
     raw = dict(read_params().get("sft") or {})
     for k, v in overrides.items():  # nested sections merge key by key
         raw[k] = {**raw.get(k, {}), **v} if isinstance(v, dict) and isinstance(raw.get(k), dict) else v
