@@ -96,8 +96,9 @@ def _encode_checked(trace_json: str, where: str, counts: BuildCounts) -> str | N
     try:
         text = codec.encode(trace)
         back = codec.decode(text)
-        # canonical form: the codec (like the MetaSchedule database) writes booleans as 0/1
-        if json.dumps(back) != json.dumps(codec.canonical_json(trace)):
+        # records hold the MetaSchedule database's canonical form (harvest record format 2): plain
+        # booleans already 0/1, boolean IntImms true; compare as is
+        if json.dumps(back) != json.dumps(codec.canonical_json(trace, bools_as_int=False)):
             raise ValueError("decode(encode(trace)) differs from the harvested trace")
         if codec.encode(back) != text:
             raise ValueError("encode(decode(text)) differs from the text")
