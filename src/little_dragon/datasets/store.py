@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pandas as pd
 
@@ -41,18 +41,21 @@ def write_examples(dest_stem: str | os.PathLike, df: pd.DataFrame) -> dict[str, 
     return {"jsonl": jsonl, "parquet": parquet}
 
 
-def read_jsonl_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
+def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of every non-blank line; bad JSON is an error naming file and line."""
     path = Path(path)
-    rows = []
     with open(path) as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                rows.append(json.loads(line))
+                yield lineno, json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{lineno}: not JSON: {e}") from e
-    return rows
+
+
+def read_jsonl_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
+    return [row for _, row in iter_jsonl(path)]
 
 
 def read_examples(path: str | os.PathLike) -> pd.DataFrame:

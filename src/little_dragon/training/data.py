@@ -3,7 +3,6 @@
 Prompts are read as the dataset stage wrote them (template: ``little_dragon.datasets.prompts``)."""
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Any
@@ -17,23 +16,17 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
 
     A file of the sealed evaluation set is refused before it is opened (``SealedDataError``)."""
     from little_dragon.datasets.guard import assert_not_sealed
+    from little_dragon.datasets.store import iter_jsonl
 
     path = assert_not_sealed(path)
     rows = []
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not JSON: {e}") from e
-            missing = [k for k in REQUIRED if k not in row]
-            if missing:
-                raise ValueError(f"{path}:{lineno}: row of workload {row.get('workload_id')!r} lacks {missing}")
-            if row["task"] not in TASKS:
-                raise ValueError(f"{path}:{lineno}: workload {row['workload_id']}: unknown task {row['task']!r}")
-            rows.append(row)
+    for lineno, row in iter_jsonl(path):
+        missing = [k for k in REQUIRED if k not in row]
+        if missing:
+            raise ValueError(f"{path}:{lineno}: row of workload {row.get('workload_id')!r} lacks {missing}")
+        if row["task"] not in TASKS:
+            raise ValueError(f"{path}:{lineno}: workload {row['workload_id']}: unknown task {row['task']!r}")
+        rows.append(row)
     if not rows:
         raise ValueError(f"{path}: no rows")
     return rows
