@@ -194,6 +194,7 @@ def _evaluate(task: dict) -> dict:
         _set_phase("build")
         try:
             rt_mod = fast_build(sch.mod, _S.target)
+            numerics.jit_now(rt_mod)
         except Exception as e:  # noqa: BLE001
             return _fail(res, "build_error", "build", _short(e))
         res["phase_s"]["build"] = clock() - t1
