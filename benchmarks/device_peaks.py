@@ -26,7 +26,8 @@ import os
 import platform
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # dtypes a TVM kernel of our workloads may run at: float32 everywhere; float16 workloads compute in fp16
 # with fp32 accumulation (tensor cores on the GPU, AVX-512-FP16 where LLVM uses it on the CPU)
@@ -72,7 +73,7 @@ def cpu_matmul(n: int, dtype: str, repeats: int) -> dict[str, Any]:
     a = torch.rand(n, n, dtype=torch.float32).to(dt)
     b = torch.rand(n, n, dtype=torch.float32).to(dt)
     c = torch.empty(n, n, dtype=dt)
-    op = lambda: torch.mm(a, b, out=c)  # noqa: E731
+    op = lambda: torch.mm(a, b, out=c)
     t = _best(_cpu_timer(op, 1), repeats)
     return {"dtype": dtype, "n": n, "seconds": t, "tflops": 2.0 * n ** 3 / t / 1e12}
 
@@ -84,12 +85,10 @@ def cpu_bandwidth(nbytes: int, repeats: int) -> dict[str, Any]:
     n = max(1, nbytes // 4)
     src = torch.rand(n)
     dst = torch.empty(n)
-    copy = lambda: dst.copy_(src)  # noqa: E731
-    total = lambda: src.sum()  # noqa: E731
-    t1 = time.perf_counter(); copy(); once = time.perf_counter() - t1  # noqa: E702
-    t_copy = _best(_cpu_timer(copy, _inner_for(once)), repeats)
-    t1 = time.perf_counter(); total(); once = time.perf_counter() - t1  # noqa: E702
-    t_sum = _best(_cpu_timer(total, _inner_for(once)), repeats)
+    copy = lambda: dst.copy_(src)
+    total = lambda: src.sum()
+    t_copy = _best(_cpu_timer(copy, _inner_for(_cpu_timer(copy, 1)())), repeats)
+    t_sum = _best(_cpu_timer(total, _inner_for(_cpu_timer(total, 1)())), repeats)
     return {"bytes": n * 4, "copy_gbps": 2 * n * 4 / t_copy / 1e9, "read_gbps": n * 4 / t_sum / 1e9,
             "copy_s": t_copy, "read_s": t_sum}
 
@@ -144,6 +143,11 @@ def cpu_model() -> str:
     return platform.processor() or "cpu"
 
 
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read().strip()
+
+
 def cpu_cache_bytes() -> dict[str, int]:
     """Per-level data cache sizes from sysfs (index order: L1d, L1i, L2, L3)."""
     out: dict[str, int] = {}
@@ -151,11 +155,9 @@ def cpu_cache_bytes() -> dict[str, int]:
     try:
         for d in sorted(os.listdir(base)):
             p = os.path.join(base, d)
-            kind = open(os.path.join(p, "type")).read().strip()
+            kind, level, size = (_read(os.path.join(p, f)) for f in ("type", "level", "size"))
             if kind == "Instruction":
                 continue
-            level = open(os.path.join(p, "level")).read().strip()
-            size = open(os.path.join(p, "size")).read().strip()
             mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1], 1)
             out[f"L{level}"] = int(size.rstrip("KMG")) * mult
     except (OSError, ValueError):
@@ -217,7 +219,7 @@ def cuda_matmul(n: int, dtype: str, repeats: int) -> dict[str, Any]:
         a = torch.randn(n, n, device="cuda", dtype=dt)
         b = torch.randn(n, n, device="cuda", dtype=dt)
         c = torch.empty(n, n, device="cuda", dtype=dt)
-        op = lambda: torch.mm(a, b, out=c)  # noqa: E731
+        op = lambda: torch.mm(a, b, out=c)
         t = _best(_cuda_timer(op, 10), repeats)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev
@@ -231,8 +233,8 @@ def cuda_bandwidth(nbytes: int, repeats: int) -> dict[str, Any]:
     src = torch.rand(n, device="cuda")
     dst = torch.empty(n, device="cuda")
     acc = torch.empty((), device="cuda")
-    copy = lambda: dst.copy_(src)  # noqa: E731
-    total = lambda: torch.sum(src, out=acc)  # noqa: E731
+    copy = lambda: dst.copy_(src)
+    total = lambda: torch.sum(src, out=acc)
     # enough back-to-back calls between two events that launch gaps do not dominate small copies
     inner = max(10, min(2000, (1 << 31) // max(nbytes, 1)))
     t_copy = _best(_cuda_timer(copy, inner), repeats)
@@ -262,7 +264,7 @@ def measure_cuda(args: argparse.Namespace) -> dict[str, Any]:
 def summarise(target: str, m: dict[str, Any], margin: float) -> dict[str, Any]:
     ok = [r for r in m["matmul"] if "tflops" in r and r["dtype"] in ROOFLINE_DTYPES[target]]
     tflops = max(r["tflops"] for r in ok)
-    rates = lambda b: [b["copy_gbps"], b["read_gbps"], b.get("tvm_copy_gbps", 0.0)]  # noqa: E731
+    rates = lambda b: [b["copy_gbps"], b["read_gbps"], b.get("tvm_copy_gbps", 0.0)]
     gbps = max(max(rates(b)) for b in m["bandwidth"])
     cold = m["bandwidth"][-1]
     return {"best_tflops": tflops, "best_tflops_dtype": max(ok, key=lambda r: r["tflops"])["dtype"],

@@ -5,13 +5,15 @@ prompts, codec scripts of traces sampled from MetaSchedule design spaces) in its
 padding tokens, from the trainer's counter) and seconds per step.  Also measures tokens per script for the
 SmolLM2 tokenizer before and after extending it with codec words (``--tokenizer``).
 
-    .venv/bin/python benchmarks/sft_bench.py --steps 12 [--tokenizer] [--out results/sft_bench_cpu.json]
+    .venv/bin/python benchmarks/sft_bench.py --steps 12 [--tokenizer] [--train artifacts/datasets/train.jsonl]
+        [--out results/sft_bench_cpu.json]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,20 +28,26 @@ VARIANTS = {
 }
 
 
-def make_data(folder: Path, per_workload: int) -> None:
+def make_data(folder: Path, per_workload: int, train: str | None = None, val: str | None = None) -> str:
+    """train.jsonl / validation.jsonl in ``folder``: the given sets (the dataset stage's real rows), else
+    stand-in rows; returns which."""
+    if train:
+        shutil.copyfile(train, folder / "train.jsonl")
+        shutil.copyfile(val or train, folder / "validation.jsonl")
+        return f"{train} (+ {val or train})"
     from little_dragon.training.standin import make_rows
 
     rows = make_rows(per_workload, seed=0)
     for name in ("train", "validation"):
         with open(folder / f"{name}.jsonl", "w") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+    return f"stand-in design-space rows ({per_workload} per workload)"
 
 
-def run_variant(folder: Path, name: str, steps: int) -> dict:
+def run_variant(folder: Path, name: str, steps: int, extra: dict | None = None) -> dict:
     overrides = {**VARIANTS[name], "max_steps": steps, "eval_steps": 10_000, "logging_steps": 1,
                  "validity_samples": 0, "final_validity_samples": 0, "register": False, "max_eval_rows": 4,
-                 "construction_fraction": None}
+                 "construction_fraction": None, **(extra or {})}
     code = (
         "import json,sys\n"
         "from little_dragon.config import from_dict\n"
@@ -51,7 +59,7 @@ def run_variant(folder: Path, name: str, steps: int) -> dict:
     )
     env = {**os.environ, "DRAGON_NO_MLFLOW": "1"}
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
     wall = time.perf_counter() - t0
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if line is None:
@@ -61,25 +69,52 @@ def run_variant(folder: Path, name: str, steps: int) -> dict:
     return res
 
 
-def tokenizer_measure() -> dict:
-    from little_dragon.training.models import default_gguf_path
-    from little_dragon.training.standin import make_rows
-    from little_dragon.training.tokenizer import codec_words, extend_tokenizer, tokens_per_text
+def tokenizer_measure(train: str | None = None) -> dict:
+    """SmolLM2's tokens per script (and per prompt) before and after adding frequent codec words.
+
+    Words are chosen on one half of the distinct scripts and measured on the other (no credit for
+    memorising); ``new_token_share`` is the share of a script's tokens that would be freshly initialised
+    embeddings the model has never seen, which the saving has to pay for."""
+    import random
+
     from transformers import AutoTokenizer
 
-    rows = make_rows(6, seed=1)
-    scripts = [r["completion"] for r in rows]
-    half = len(scripts) // 2  # words from one half, measured on the other: no credit for memorising
+    from little_dragon.training.models import default_gguf_path
+    from little_dragon.training.tokenizer import (
+        codec_words,
+        extend_tokenizer,
+        tokens_per_text,
+    )
+
+    if train:
+        from little_dragon.training.data import read_rows
+
+        rows = read_rows(train)
+    else:
+        from little_dragon.training.standin import make_rows
+
+        rows = make_rows(6, seed=1)
+    scripts = sorted({r["completion"] for r in rows})
+    prompts = sorted({r["prompt"] for r in rows})
+    random.Random(0).shuffle(scripts)
+    half = len(scripts) // 2
     p = default_gguf_path()
     tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+    base_vocab = len(tok)
     before = tokens_per_text(tok, scripts[half:])
+    prompt_before = tokens_per_text(tok, prompts)
     words = codec_words(tok, scripts[:half])
     added = extend_tokenizer(tok, words)
     after = tokens_per_text(tok, scripts[half:])
+    prompt_after = tokens_per_text(tok, prompts)
+    ids = [i for s in scripts[half:] for i in tok(s, add_special_tokens=False)["input_ids"]]
     roundtrip = all(tok.decode(tok(s, add_special_tokens=False)["input_ids"]) == s for s in scripts[half:])
-    return {"script_format": "codec",
+    return {"rows": train or "stand-in", "script_format": "codec", "scripts_distinct": len(scripts),
+            "chars_per_script": sum(map(len, scripts[half:])) / max(1, len(scripts) - half),
             "tokens_per_script_before": before, "tokens_per_script_after": after, "added_tokens": added,
-            "saving": 1 - after / before, "roundtrip_after": roundtrip, "scripts_measured": len(scripts) - half}
+            "saving": 1 - after / before, "prompt_tokens_before": prompt_before, "prompt_tokens_after": prompt_after,
+            "new_token_share": sum(i >= base_vocab for i in ids) / max(1, len(ids)),
+            "added_words_sample": words[:12], "roundtrip_after": roundtrip, "scripts_measured": len(scripts) - half}
 
 
 def main() -> None:
@@ -88,18 +123,28 @@ def main() -> None:
     ap.add_argument("--per-workload", type=int, default=6)
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
     ap.add_argument("--tokenizer", action="store_true", help="also measure SmolLM2 tokenizer extension")
+    ap.add_argument("--train", help="SFT rows to train on (e.g. artifacts/datasets/train.jsonl; default: stand-in "
+                                    "design-space rows)")
+    ap.add_argument("--val", help="validation rows (default: --train)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                    help="extra sft override for every variant, e.g. --set batch_size=4")
     ap.add_argument("--out", help="write the results JSON here")
     a = ap.parse_args()
     results: dict = {"machine": f"{os.cpu_count()} CPU cores", "steps": a.steps, "variants": []}
+    extra = {}
+    for item in a.set:
+        key, _, value = item.partition("=")
+        extra[key] = json.loads(value)
     with tempfile.TemporaryDirectory() as d:
         folder = Path(d)
-        make_data(folder, a.per_workload)
+        results["rows"] = make_data(folder, a.per_workload, a.train, a.val)
+        results["overrides"] = extra
         for name in a.variants:
-            res = run_variant(folder, name, a.steps)
+            res = run_variant(folder, name, a.steps, extra)
             print(json.dumps(res), flush=True)
             results["variants"].append(res)
     if a.tokenizer:
-        results["smollm2_tokenizer"] = tokenizer_measure()
+        results["smollm2_tokenizer"] = tokenizer_measure(a.train)
         print(json.dumps(results["smollm2_tokenizer"]), flush=True)
     if a.out:
         from little_dragon.atomic import write_json
