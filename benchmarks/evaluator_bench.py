@@ -40,9 +40,9 @@ def sample_scripts(mod, target, n: int, seed: int) -> list[str]:
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
+    from little_dragon.codec import canonical_json
     from little_dragon.evaluator.postproc import light_tune_context
     from little_dragon.evaluator.script import encode_script
-    from little_dragon.codec import canonical_json
 
     kind = "llvm" if target["kind"] == "llvm" else "cuda"
     scripts: list[str] = []
@@ -61,7 +61,7 @@ def sample_scripts(mod, target, n: int, seed: int) -> list[str]:
 
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else float("nan")
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))] if xs else float("nan")
 
 
 def main() -> int:
@@ -116,6 +116,12 @@ def main() -> int:
             "p50_submit_to_result_s": pct([r.eval_s for r in res], 0.5),
             "phase_mean_s": phase_mean, "dominant_phase": max(phase_mean, key=phase_mean.get) if phase_mean else None,
             "speedup_median": statistics.median([r.speedup for r in res if r.speedup]) if any(r.speedup for r in res) else None,
+            # roofline guard against the configured peaks: real kernels must not be flagged
+            "implausible": sum(r.implausible for r in res),
+            "min_latency_over_roofline_bound": min((r.latency_us / r.roofline_bound_us for r in res
+                                                    if r.latency_us and r.roofline_bound_us), default=None),
+            "spread_median": statistics.median([r.spread for r in res if r.spread is not None])
+            if any(r.spread is not None for r in res) else None,
         }
         t0 = time.perf_counter()
         hits = ev.evaluate_batch(reqs)
