@@ -25,9 +25,12 @@ def _with_line(i: int, new: str) -> str:
 
 
 def test_truncated_line():
-    i = LINES.index("split l0 v0 v1 v2 v3")
-    e = _decode_error(_with_line(i, "split l0"))
-    assert e.line == i + 1 and "end of line" in e.found and "v<N>" in e.expected
+    i = LINES.index("reorder l3 l7 l4 l8 l11 l5 l9 l12 l6 l10")
+    e = _decode_error(_with_line(i, "reorder"))
+    assert e.line == i + 1 and "end of line" in e.found and "l<N>" in e.expected
+    j = LINES.index("tile l0 = 4 16 1 1")
+    e = _decode_error(_with_line(j, "tile l0"))  # a folded tile always has its decision
+    assert e.line == j + 1 and "end of line" in e.found
 
 
 def test_truncated_script_mid_index_map():
@@ -55,14 +58,32 @@ def test_wrong_variable_type():
 
 
 def test_bad_decisions():
-    i = LINES.index("cat 0 16 64 512 = 0")
-    e = _decode_error(_with_line(i, "cat 0 16 64 512 = 7"))
+    i = LINES.index("cat unroll = 0")
+    e = _decode_error(_with_line(i, "cat unroll = 7"))
     assert e.line == i + 1 and "0..3" in e.expected and e.found == "7"
-    j = LINES.index("tile l0 64 = 4 16 1 1")
-    e = _decode_error(_with_line(j, "tile l0 64 n=4 = 4 16 1"))
+    e = _decode_error(_with_line(i, "cat 0 16 64 512 = 4"))
+    assert e.line == i + 1 and "0..3" in e.expected and e.found == "4"
+    e = _decode_error(_with_line(i, "cat unrol = 0"))
+    assert e.line == i + 1 and "unroll" in e.expected and e.found == "unrol"
+    j = LINES.index("tile l0 = 4 16 1 1")
+    e = _decode_error(_with_line(j, "ptile l0 n=4 = 4 16 1"))
     assert e.line == j + 1 and "4 positive tile sizes" in e.expected
-    e = _decode_error(_with_line(j, "tile l0 64 = 4 0 16 1"))
+    e = _decode_error(_with_line(j, "tile l0 = 4 0 16 1"))
     assert "positive" in e.expected
+
+
+def test_unknown_intrinsic():
+    e = _decode_error("blk C\ntensorize b0 $frobnicate\n")
+    assert e.line == 2 and e.found == "$frobnicate" and "$sync" in e.expected
+
+
+def test_derived_post_needs_a_context_and_ends_the_script():
+    i = LINES.index("post")
+    derived = "\n".join(LINES[:i] + ["post *"]) + "\n"
+    e = _decode_error(derived)
+    assert e.line == i + 1 and "workload and target" in str(e)
+    e = _decode_error(derived + "blk C\n")
+    assert e.line == i + 2 and "end of script" in e.expected
 
 
 def test_unknown_mnemonic():

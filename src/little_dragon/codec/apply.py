@@ -49,11 +49,12 @@ def apply_json(trace_json: list, sch: Any, lines: list[int] | None = None, text:
                      reason=reason) from whole
 
 
-def apply(text: str, sch: Any) -> Any:
+def apply(text: str, sch: Any, context: Any = None) -> Any:
     """Decode ``text`` and apply it to ``sch`` (a ``tvm.s_tir.Schedule`` of the script's workload).
 
     Raises DecodeError for a bad script and ApplyError (instruction, line, reason) when TVM rejects it.
+    ``context`` (``postproc.PostprocContext`` of the workload and target) is needed by a ``post *`` line.
     Returns ``sch``."""
-    trace_json, lines = decode_with_lines(text)
+    trace_json, lines = decode_with_lines(text, context)
     apply_json(trace_json, sch, lines, text)
     return sch

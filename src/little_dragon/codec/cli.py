@@ -15,15 +15,21 @@ def add_parser(sub) -> None:
 
     e = csub.add_parser("encode", help="print the script of a trace (TVM as_json form)")
     e.add_argument("--trace", required=True, help="JSON file holding [insts, decisions] ('-' = stdin)")
+    e.add_argument("--workload", help="with --target: write `post *` when the post-processors re-derive the "
+                                      "post-processing exactly (workload id or TVMScript file)")
+    e.add_argument("--workloads", default=DEFAULT_WORKLOADS, help="workloads.parquet holding the workload ids")
+    e.add_argument("--target", help="target dict (JSON) or llvm / cuda, for `post *`")
 
     d = csub.add_parser("decode", help="print the trace JSON of a script; with --workload, also apply it")
     d.add_argument("script", help="script file ('-' = stdin)")
     d.add_argument("--workload", help="workload id (from --workloads) or a TVMScript file to apply the script to")
     d.add_argument("--workloads", default=DEFAULT_WORKLOADS, help="workloads.parquet holding the workload ids")
+    d.add_argument("--target", help="target dict (JSON) or llvm / cuda: needed by a `post *` line (with --workload)")
 
     r = csub.add_parser("roundtrip", help="round-trip every record of a MetaSchedule JSON database dir")
     r.add_argument("dir", help="folder with database_workload.json + database_tuning_record.json")
     r.add_argument("--no-structural", action="store_true", help="skip applying scripts to the workloads")
+    r.add_argument("--no-derived-post", action="store_true", help="skip checking the `post *` form")
 
     v = csub.add_parser("validate", help="DVC stage validate_codec: round-trip whole harvests, write a report")
     v.add_argument("--harvest", nargs="+", required=True, help="harvest dirs (each with db/<workload_id>/) or roots of them")
@@ -68,9 +74,29 @@ def load_workload(spec: str, workloads_path: str):
     return module_from_script(rows.iloc[0]["tvmscript"])
 
 
+def _context(args: argparse.Namespace):
+    """The ``post *`` context of --workload and --target (None without --target)."""
+    from little_dragon.cli import UserError
+
+    if not getattr(args, "target", None):
+        return None, (load_workload(args.workload, args.workloads) if args.workload else None)
+    if not args.workload:
+        raise UserError("--target needs --workload (`post *` is derived from both)")
+    from little_dragon.codec.postproc import PostprocContext
+    from little_dragon.tvmx.target import normalize
+
+    mod = load_workload(args.workload, args.workloads)
+    try:
+        target = normalize(args.target)
+    except ValueError as e:
+        raise UserError(str(e)) from e
+    return PostprocContext(mod, target), mod
+
+
 def main(args: argparse.Namespace) -> int:
     from little_dragon.cli import UserError
-    from little_dragon.codec import CodecError, decode, encode
+    from little_dragon.codec import CodecError, encode
+    from little_dragon.codec.script import decode_with_lines
 
     cmd = args.codec_command
     if cmd == "encode":
@@ -78,30 +104,35 @@ def main(args: argparse.Namespace) -> int:
             trace_json = json.loads(_read(args.trace))
         except json.JSONDecodeError as e:
             raise UserError(f"{args.trace}: not JSON: {e}") from e
+        context, _ = _context(args)
         try:
-            sys.stdout.write(encode(trace_json))
+            sys.stdout.write(encode(trace_json, context))
         except CodecError as e:
             raise UserError(f"{args.trace}: {e}") from e
         return 0
     if cmd == "decode":
+        from little_dragon.codec import ApplyError
+
         text = _read(args.script)
+        context, mod = _context(args)
         try:
-            trace_json = decode(text)
+            trace_json, lines = decode_with_lines(text, context)
+        except ApplyError as e:  # `post *`: the script before it does not fit the workload
+            print(f"dragon codec decode: {args.script}: workload {args.workload}: {e}", file=sys.stderr)
+            return 1
         except CodecError as e:
             raise UserError(f"{args.script}: {e}") from e
-        if args.workload:
+        if mod is not None:
             from tvm.s_tir import Schedule
 
             from little_dragon.codec.apply import apply_json
-            from little_dragon.codec.script import decode_with_lines
 
-            mod = load_workload(args.workload, args.workloads)
             if any(i[0] == "Tensorize" for i in trace_json[0]):
                 from little_dragon.tvmx.build import import_tensor_intrinsics
 
                 import_tensor_intrinsics()
             try:
-                apply_json(trace_json, Schedule(mod), decode_with_lines(text)[1], text)
+                apply_json(trace_json, Schedule(mod), lines, text)
             except CodecError as e:
                 print(f"dragon codec decode: {args.script}: workload {args.workload}: {e}", file=sys.stderr)
                 return 1
@@ -111,7 +142,8 @@ def main(args: argparse.Namespace) -> int:
         from little_dragon.codec.roundtrip import roundtrip_database
 
         try:
-            results = roundtrip_database(args.dir, structural=not args.no_structural)
+            results = roundtrip_database(args.dir, structural=not args.no_structural,
+                                         derived_post=not args.no_derived_post)
         except (FileNotFoundError, ValueError) as e:
             raise UserError(str(e)) from e
         failed = [r for r in results if not r.ok]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from little_dragon.codec.kinds import SPECS, KindSpec
+from little_dragon.codec.kinds import AT_FOLD, BY_KIND, SPECS, TILE_FOLD, KindSpec
 
 FIELD_SYMBOL = {
     "b": "BREF", "l": "LREF", "v": "VREF", "bl": "ref_bl", "factor": "factor", "value": "value", "lit": "value",
@@ -20,7 +20,8 @@ HUMAN = {
     "BREF": "a block variable b<N>", "LREF": "a loop variable l<N>", "VREF": "a value variable v<N>",
     "INT": "an integer", "FLOAT": "a float", "STRING": 'a "string"', "NAME": "a name", "KEY": "an annotation key",
     "BUF": "a buffer r<i>/w<i>", "NONE": "_", "IDENT": "an index name", "LET": "a shared sub-expression $<k>",
-    "SPAN": "a source span @line:col-end or @k", "VBAR": "| (the inverse map)", "_NL": "end of line",
+    "SPAN": "a source span @line:col-end or @k", "SYM": "a tensor intrinsic $name", "DERIVED": "*",
+    "VBAR": "| (the inverse map)", "_NL": "end of line",
     "$END": "end of script",
 }
 
@@ -29,9 +30,9 @@ start: _NL* (inst _NL+)* inst?
 
 ref_bl: BREF | LREF
 factor: NONE | INT | VREF
-value: INT | FLOAT | STRING | BREF | LREF | VREF | NONE | TRUE | FALSE | list
+value: INT | FLOAT | STRING | SYM | BREF | LREF | VREF | NONE | TRUE | FALSE | list
 list: "[" value* "]"
-name: NAME | STRING
+name: NAME | STRING | SYM
 key: KEY | NAME | STRING
 thread: NAME | STRING
 decision: "=" INT+
@@ -56,6 +57,8 @@ MULOP: "*" | "//" | "%"
 CALL: "min" | "max"
 I64: "i64"
 LET: /\$[0-9]+/
+SYM: /\$[A-Za-z_][A-Za-z0-9_]*/
+DERIVED: "*"
 SPAN: /@[0-9]+(:[0-9]+-[0-9]+(:[0-9]+)?)?/
 BANG: "!"
 
@@ -82,7 +85,9 @@ def _kind_rule(spec: KindSpec) -> str:
     for f in spec.fields:
         parts.append(FIELD_SYMBOL[f.type] + ("+" if f.variadic else ""))
     if spec.kind == "SampleCategorical":
-        parts += ["INT+", "probs?"]
+        parts += ["(INT+ | NAME)", "probs?"]
+    if spec.kind == "EnterPostproc":
+        parts.append("DERIVED?")
     parts += [f"o_{o.name}?" for o in spec.options]
     if spec.decision:
         parts.append("decision?")
@@ -90,8 +95,13 @@ def _kind_rule(spec: KindSpec) -> str:
 
 
 def grammar_text() -> str:
-    inst = "?inst: " + "\n    | ".join(s.rule for s in SPECS)
-    kinds = "\n".join(_kind_rule(s) for s in SPECS)
+    tile = BY_KIND["SamplePerfectTile"]
+    inst = "?inst: " + "\n    | ".join([s.rule for s in SPECS] + [f"k_{TILE_FOLD}", f"k_{AT_FOLD}loc"])
+    # folded pairs: SamplePerfectTile + Split (the tile's options, a decision always) and
+    # SampleComputeLocation + ComputeAt (a block and a decision)
+    fold = f'k_{TILE_FOLD}: "{TILE_FOLD}" LREF ' + " ".join(f"o_{o.name}?" for o in tile.options if o.name != "n")
+    at_fold = f'k_{AT_FOLD}loc: "{AT_FOLD}" BREF decision'
+    kinds = "\n".join([_kind_rule(s) for s in SPECS] + [fold + " decision", at_fold])
     opts = sorted({o.name for s in SPECS for o in s.options})
     options = "\n".join(f'o_{n}: "{n}=" value' for n in opts)
     return f"{inst}\n{kinds}\n{options}\n{_COMMON}"

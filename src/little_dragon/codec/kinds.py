@@ -107,14 +107,18 @@ SPECS: tuple[KindSpec, ...] = (
              doc="split a reduction's init out at a loop"),
     KindSpec("RFactor", "rfactor", (L0, _f("at", 0, "int")), (), "b", "1", n_inputs=1, n_attrs=1,
              doc="rfactor a reduction loop (factor axis)"),
-    KindSpec("SamplePerfectTile", "tile", (L0, _f("at", 1, "int")), (Option("n", "at", 0, _MISSING),), "v",
+    KindSpec("SamplePerfectTile", "ptile", (L0,), (Option("n", "at", 0, _MISSING), Option("m", "at", 1, 64)), "v",
              "decision", "ints", n_inputs=1, n_attrs=2,
-             doc="sample N tile sizes of a loop, max innermost factor M: `tile L M = t1 .. tN`"),
+             doc="sample N tile sizes of a loop (max innermost factor `m=`, default 64): `ptile L = t1 .. tN`; "
+                 "followed by the Split of L by exactly these values it is written `tile L = t1 .. tN`"),
     KindSpec("SampleCategorical", "cat", (), (), "v", "1", "int", n_inputs=0, n_attrs=2,
-             doc="sample one of the candidates (uniform unless `~ p1 .. pN`): `cat c1 .. cN = index`"),
+             doc="sample one of the candidates (uniform unless `~ p1 .. pN`): `cat c1 .. cN = index`, or a "
+                 "named list: `cat unroll = index`"),
     KindSpec("SampleComputeLocation", "loc", (B0,), (), "l", "1", "int", n_inputs=1,
              doc="sample a compute-at location of a block: `loc B = index`"),
-    KindSpec("EnterPostproc", "post", (), (), n_inputs=0, doc="the post-processing boundary"),
+    KindSpec("EnterPostproc", "post", (), (), n_inputs=0,
+             doc="the post-processing boundary; `post *` (last line): what the target's post-processors do, "
+                 "derived from the workload and target at decode time"),
     KindSpec("ReIndex", "reindex", (B0, _f("at", 0, "buf")), (), "b", "1", n_inputs=1, n_attrs=2,
              doc="re-index buffer r<i>/w<i> of a block"),
     KindSpec("TransformLayout", "layout", (B0, _f("at", 0, "buf"), _f("in", 1, "map")),
@@ -149,6 +153,79 @@ THREAD_ABBREV: dict[str, str] = {
 }
 THREAD_FULL: dict[str, str] = {v: k for k, v in THREAD_ABBREV.items()}
 MS_KEY_PREFIX = "meta_schedule."
+
+# Folded pair: SamplePerfectTile immediately followed by the Split of the same loop by exactly its values
+# (MetaSchedule's multi-level tiling always does this) is one line, ``tile L = t1 .. tN``.
+TILE_FOLD = "tile"
+TILE_FOLD_DOC = ("`tile L [m=M] = t1 .. tN`: SamplePerfectTile of L followed by Split of L by the N sampled "
+                 "values (defines N values, then N loops)")
+# Folded pair: SampleComputeLocation of B immediately followed by ComputeAt of B at the sampled loop (usual
+# options) is ``at B = k`` (MetaSchedule's RandomComputeLocation).
+AT_FOLD = "at"
+AT_FOLD_DOC = ("`at B = k`: SampleComputeLocation of B (decision k) followed by ComputeAt of B at the sampled loop "
+               "(defines one loop)")
+DERIVED_POST = "*"  # ``post *``: the post-processing section is re-derived from workload + target
+
+# Annotation keys MetaSchedule writes, as bare words (the model sees one or two tokens instead of six to
+# twelve).  A bare word is looked up here first; a key that *is* one of these words is written quoted.
+KEY_ABBREV: dict[str, str] = {
+    "meta_schedule.tiling_structure": "tiling",
+    "meta_schedule.auto_tensorize": "tensorize",
+    "meta_schedule.auto_tensorize_init": "init",
+    "meta_schedule.cooperative_fetch": "fetch",
+    "meta_schedule.unroll_explicit": "unroll",
+    "meta_schedule.unroll_implicit": "unroll_implicit",
+    "meta_schedule.parallel": "parallel",
+    "meta_schedule.vectorize": "vectorize",
+    "meta_schedule.thread_extent_low_inclusive": "minthreads",
+    "meta_schedule.thread_extent_high_inclusive": "maxthreads",
+    "meta_schedule.random_compute_producer": "producer",
+    "meta_schedule.layout_rewrite_preproc": "preproc",
+    "pragma_auto_unroll_max_step": "max_step",
+    "pragma_unroll_explicit": "explicit",
+    "warp_execution": "warp",
+    "software_pipeline_stage": "stage",
+    "software_pipeline_order": "order",
+    "software_pipeline_async_stages": "async",
+}
+KEY_FULL: dict[str, str] = {v: k for k, v in KEY_ABBREV.items()}
+
+# The candidate lists MetaSchedule's schedule rules sample from (SampleCategorical), by name:
+# ``cat unroll = 2`` is ``cat 0 16 64 512 = 2``.  Any other list is written out.
+CANDIDATES: dict[str, tuple[int, ...]] = {
+    "unroll": (0, 16, 64, 512),  # ParallelizeVectorizeUnroll, llvm
+    "unroll_gpu": (0, 16, 32, 64, 128, 256, 512, 1024),  # ParallelizeVectorizeUnroll, CUDA
+    "lanes": (1, 2, 3, 4),  # MultiLevelTiling cooperative fetch vector lanes
+    "lanes8": (1, 2, 4, 8),  # the same, tensor-core tiling
+    "threads": (32, 64, 128, 256, 512, 1024),  # AutoBind thread extents
+}
+CANDIDATES_NAME: dict[tuple[int, ...], str] = {v: k for k, v in CANDIDATES.items()}
+
+# Tensor intrinsics (names registered by tvm.s_tir.tensor_intrin) written ``$word`` wherever a name or a
+# string value holds one (Tensorize, the auto_tensorize annotations).  Other names stay quoted/bare.
+INTRIN_ABBREV: dict[str, str] = {
+    "wmma_sync_16x16x16_f16f16f32": "$sync",
+    "wmma_sync_16x16x16_f16f16f32_trans": "$sync_t",
+    "wmma_sync_16x16x16_f16f16f16": "$sync16",
+    "wmma_sync_16x16x16_f16f16f16_trans": "$sync16_t",
+    "wmma_fill_16x16x16_f32": "$fill",
+    "wmma_fill_16x16x16_f16": "$fill16",
+    "wmma_load_16x16x16_f16_a_shared_dyn": "$load_a",
+    "wmma_load_16x16x16_f16_b_shared_dyn": "$load_b",
+    "wmma_load_16x16x16_f16_b_trans_shared_dyn": "$load_bt",
+    "wmma_load_16x16x16_f16_a_trans_shared_dyn": "$load_at",
+    "wmma_load_16x16x16_f16_a_shared": "$load_a_s",
+    "wmma_load_16x16x16_f16_a_trans_shared": "$load_at_s",
+    "wmma_load_16x16x16_f16_b_shared": "$load_b_s",
+    "wmma_load_16x16x16_f16_b_trans_shared": "$load_bt_s",
+    "wmma_store_16x16x16_f32_shared_dyn": "$store",
+    "wmma_store_16x16x16_f16_shared_dyn": "$store16",
+    "wmma_store_16x16x16_f32_shared": "$store_s",
+    "wmma_store_16x16x16_f16_shared": "$store16_s",
+    "wmma_store_16x16x16_f32_global": "$store_g",
+    "wmma_store_16x16x16_f16_global": "$store16_g",
+}
+INTRIN_FULL: dict[str, str] = {v: k for k, v in INTRIN_ABBREV.items()}
 
 
 def _schedule_method_kinds() -> set[str]:

@@ -28,6 +28,7 @@ class RecordResult:
     trace_json: Any = None
     trace_str: str = ""  # str(trace) of TVM's own trace, for size comparisons
     target: str = ""
+    text_post: str = ""  # the script with the post-processing re-derived (``post *``); "" without a target
 
 
 def _needs_tensor_intrinsics(trace_json: Any) -> bool:
@@ -35,8 +36,10 @@ def _needs_tensor_intrinsics(trace_json: Any) -> bool:
 
 
 def check_record(trace_json: Any, mod: Any = None, workload: str = "", record: int = 0,
-                 structural: bool = True) -> RecordResult:
-    """Round-trip one trace both ways; ``mod`` (the workload IRModule) enables the structural check."""
+                 structural: bool = True, target: Any = None, context: Any = None) -> RecordResult:
+    """Round-trip one trace both ways; ``mod`` (the workload IRModule) enables the structural check, and
+    with a ``target`` (dict or JSON text; or a ready ``context``) the ``post *`` form is checked too: it
+    decodes (re-deriving the post-processing) to the exact JSON and re-encodes byte-identically."""
     res = RecordResult(workload, record, False, trace_json=trace_json)
     try:
         res.text = encode(trace_json)
@@ -84,6 +87,24 @@ def check_record(trace_json: Any, mod: Any = None, workload: str = "", record: i
         except ValueError as e:
             res.error = f"IRModule after apply differs: {str(e).strip().splitlines()[0][:300]}"
             return res
+    if context is None and mod is not None and target is not None:
+        from little_dragon.codec.postproc import PostprocContext
+
+        context = PostprocContext(mod, target)
+    if context is not None:
+        try:
+            res.text_post = encode(trace_json, context)
+            back = decode(res.text_post, context)
+        except CodecError as e:
+            res.error = f"post * form: {e}"
+            return res
+        diff = first_difference(trace_json, back)
+        if diff:
+            res.error = f"post * form: decode(encode(trace)) differs at {diff}"
+            return res
+        if encode(back, context) != res.text_post:
+            res.error = "post * form: re-encoding is not byte-identical"
+            return res
     res.ok = True
     return res
 
@@ -121,11 +142,17 @@ def read_database(db_dir: str | Path) -> Iterator[tuple[str, Any, list[tuple[int
         yield name, mod, by_workload.get(idx, [])
 
 
-def roundtrip_database(db_dir: str | Path, structural: bool = True) -> list[RecordResult]:
+def roundtrip_database(db_dir: str | Path, structural: bool = True, derived_post: bool = True
+                       ) -> list[RecordResult]:
+    """Check every record; ``derived_post`` also checks the ``post *`` form against each record's target."""
+    from little_dragon.codec.postproc import PostprocContext
+
     results = []
     for name, mod, records in read_database(db_dir):
+        contexts: dict[str, PostprocContext] = {}  # one per target: post-processors built once per workload
         for n, trace_json, target in records:
-            r = check_record(trace_json, mod, name, n, structural)
+            context = contexts.setdefault(target, PostprocContext(mod, target)) if derived_post else None
+            r = check_record(trace_json, mod, name, n, structural, context=context)
             r.target = target
             results.append(r)
     return results

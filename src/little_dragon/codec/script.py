@@ -16,7 +16,8 @@ from little_dragon.codec import indexmap
 from little_dragon.codec.canonical import canonical_json, dumps
 from little_dragon.codec.errors import DecodeError, EncodeError
 from little_dragon.codec.grammar import HUMAN, parser
-from little_dragon.codec.kinds import BY_KIND, BY_MNEMONIC, MS_KEY_PREFIX, THREAD_ABBREV, THREAD_FULL, KindSpec
+from little_dragon.codec.kinds import (AT_FOLD, BY_KIND, BY_MNEMONIC, CANDIDATES, CANDIDATES_NAME, DERIVED_POST, INTRIN_ABBREV, INTRIN_FULL, KEY_ABBREV,
+                                      KEY_FULL, MS_KEY_PREFIX, THREAD_ABBREV, THREAD_FULL, TILE_FOLD, KindSpec)
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 _RV_RE = re.compile(r"([blv])([0-9]+)\Z")
@@ -61,9 +62,9 @@ class _Encoder:
             return "[" + " ".join(self.value(x, src) for x in v) + "]"
         if isinstance(v, str):
             if src == "at":
-                return json.dumps(v)
+                return INTRIN_ABBREV.get(v) or json.dumps(v)
             if len(v) >= 2 and v[0] == '"' and v[-1] == '"':
-                return json.dumps(v[1:-1])
+                return INTRIN_ABBREV.get(v[1:-1]) or json.dumps(v[1:-1])
             if v == "None":
                 return "_"
             return self.ref(v, "blv")
@@ -89,11 +90,16 @@ class _Encoder:
         if not isinstance(v, str):
             raise self.err(f"expected a string for a {ftype} field, found {v!r}")
         if ftype == "name":
+            if v in INTRIN_ABBREV:
+                return INTRIN_ABBREV[v]
             return v if _NAME_RE.match(v) else json.dumps(v)
         if ftype == "key":
+            if v in KEY_ABBREV:
+                return KEY_ABBREV[v]
             if v.startswith(MS_KEY_PREFIX) and _NAME_RE.match(v[len(MS_KEY_PREFIX):]):
                 return "." + v[len(MS_KEY_PREFIX):]
-            return v if _NAME_RE.match(v) else json.dumps(v)
+            # a bare word is a table abbreviation first, so a key spelled like one is quoted
+            return v if _NAME_RE.match(v) and v not in KEY_FULL else json.dumps(v)
         if ftype == "thread":
             if v in THREAD_FULL:
                 return THREAD_FULL[v]
@@ -173,7 +179,7 @@ class _Encoder:
             raise self.err(f"candidates {cands!r} are not a non-empty list of integers")
         if not (isinstance(probs, list) and len(probs) == len(cands) and all(type(p) is float for p in probs)):
             raise self.err(f"probabilities {probs!r} do not match the candidates")
-        out = [str(c) for c in cands]
+        out = [CANDIDATES_NAME[tuple(cands)]] if tuple(cands) in CANDIDATES_NAME else [str(c) for c in cands]
         if any(p != 1.0 / len(cands) for p in probs):
             out += ["~"] + [repr(p) for p in probs]
         if decision is not None:
@@ -198,11 +204,48 @@ class _Encoder:
             self.total += 1
 
 
-def encode(trace_json: Any) -> str:
+def _tile_split_fold(insts: list, by_index: dict[int, Any], i: int) -> bool:
+    """Instruction i is a SamplePerfectTile (with its decision) that the next instruction splits its loop by,
+    exactly: Split(loop, *its values) with the usual attributes and as many loops out as values."""
+    a = insts[i]
+    if i + 1 >= len(insts) or not (isinstance(a, list) and len(a) == 4 and a[0] == "SamplePerfectTile"):
+        return False
+    b = insts[i + 1]
+    if not (isinstance(b, list) and len(b) == 4 and b[0] == "Split") or (i + 1) in by_index:
+        return False
+    d = by_index.get(i)
+    if not (isinstance(d, list) and isinstance(a[1], list) and isinstance(a[3], list) and len(d) == len(a[3])):
+        return False
+    return (_same(b[1], list(a[1][:1]) + list(a[3])) and _same(b[2], [1, 0]) and isinstance(b[3], list)
+            and len(b[3]) == len(a[3]))
+
+
+def _at_fold(insts: list, by_index: dict[int, Any], i: int) -> bool:
+    """Instruction i is a SampleComputeLocation (with its decision) of a block that the next instruction
+    computes at the sampled loop, with ComputeAt's usual options."""
+    a = insts[i]
+    if i + 1 >= len(insts) or not (isinstance(a, list) and len(a) == 4 and a[0] == "SampleComputeLocation"):
+        return False
+    b = insts[i + 1]
+    if not (isinstance(b, list) and len(b) == 4 and b[0] == "ComputeAt") or (i + 1) in by_index:
+        return False
+    return (type(by_index.get(i)) is int and isinstance(a[1], list) and isinstance(a[3], list) and len(a[3]) == 1
+            and _same(b[1], list(a[1]) + list(a[3])) and _same(b[2], [1, -1]) and _same(b[3], []))
+
+
+def _postproc_start(insts: list) -> int | None:
+    return next((k for k, inst in enumerate(insts)
+                 if isinstance(inst, list) and inst and inst[0] == "EnterPostproc"), None)
+
+
+def encode(trace_json: Any, context: Any = None) -> str:
     """Trace JSON (``[insts, decisions]`` of ``trace.as_json()``) -> canonical script text.
 
     TVM objects (IntImm, FloatImm) are read as numbers; plain JSON values are kept exactly (``decode``
-    returns them as given).  For a live trace pass ``canonical_json(trace.as_json())``, the database form."""
+    returns them as given).  For a live trace pass ``canonical_json(trace.as_json())``, the database form.
+    With ``context`` (a ``postproc.PostprocContext``: the workload and target) the post-processing section
+    is written ``post *`` when the target's post-processors re-derive it exactly; otherwise (and always
+    without a context) it is written out."""
     try:
         trace_json = canonical_json(trace_json, bools_as_int=False)
     except TypeError as e:
@@ -219,11 +262,26 @@ def encode(trace_json: Any) -> str:
             raise EncodeError(f"decisions are not in instruction order at {d!r}")
         last = d[0]
         by_index[d[0]] = d[1]
+    end, derived = len(insts), False
+    k = _postproc_start(insts) if context is not None else None
+    if k is not None and context.reproduces([insts[:k], [d for d in decisions if d[0] < k]], trace_json):
+        end, derived = k, True
     enc = _Encoder()
     lines = []
-    for i, inst in enumerate(insts):
+    i = 0
+    while i < end:
         enc.i = i
-        lines.append(enc.instruction(inst, by_index.get(i)))
+        fold = i + 1 < end and (_tile_split_fold(insts, by_index, i) or _at_fold(insts, by_index, i))
+        line = enc.instruction(insts[i], by_index.get(i))
+        if fold:
+            enc.i = i + 1
+            enc.instruction(insts[i + 1], None)  # checks it and defines its outputs
+            first = BY_KIND[insts[i][0]].mnemonic
+            line = (TILE_FOLD if insts[i][0] == "SamplePerfectTile" else AT_FOLD) + line[len(first):]
+        lines.append(line)
+        i += 2 if fold else 1
+    if derived:
+        lines.append(f"{BY_KIND['EnterPostproc'].mnemonic} {DERIVED_POST}")
     return "".join(line + "\n" for line in lines)
 
 
@@ -310,14 +368,19 @@ class _Decoder:
             return False
         if t == "NONE":
             return "None" if src == "in" else None
-        if t == "STRING":
-            s = json.loads(node)
+        if t in ("STRING", "SYM"):
+            s = json.loads(node) if t == "STRING" else self.intrinsic(node)
             return f'"{s}"' if src == "in" else s
         if t in ("BREF", "LREF", "VREF"):
             if src != "in":
                 raise self.err("a variable cannot be an attribute value", node, expected="a literal")
             return self.ref(node, str(node)[0])
         raise self.err("unexpected value", node)
+
+    def intrinsic(self, tok: Any) -> str:
+        if str(tok) not in INTRIN_FULL:
+            raise self.err("unknown tensor intrinsic", tok, expected=" or ".join(sorted(INTRIN_FULL)), found=str(tok))
+        return INTRIN_FULL[str(tok)]
 
     def field(self, ftype: str, node: Any, src: str) -> Any:
         from lark import Tree
@@ -338,9 +401,13 @@ class _Decoder:
         if ftype in ("name", "key", "thread"):
             if tok.type == "STRING":
                 return json.loads(tok)
+            if tok.type == "SYM":
+                return self.intrinsic(tok)
             s = str(tok)
             if ftype == "key" and s.startswith("."):
                 return MS_KEY_PREFIX + s[1:]
+            if ftype == "key":
+                return KEY_FULL.get(s, s)
             if ftype == "thread":
                 return THREAD_ABBREV.get(s, s)
             return s
@@ -434,10 +501,31 @@ class _Decoder:
             return (str(ch[1]), self.expr(ch[0], params, n_lets), self.expr(ch[2], params, n_lets))
         return self.expr(ch[0], params, n_lets)
 
-    def instruction(self, tree: Any, index: int) -> tuple[list, Any]:
+    def define(self, t: str, n: int) -> list[str]:
+        outputs = []
+        for _ in range(n):
+            tvm_name = f"{t}{self.total}"
+            self.defined[f"{t}{self.counts[t]}"] = tvm_name
+            self.counts[t] += 1
+            self.total += 1
+            outputs.append(tvm_name)
+        return outputs
+
+    def tile_split(self, tree: Any, index: int) -> list[tuple[list, Any]]:
+        """``tile L = t1 .. tN``: SamplePerfectTile of L, then Split of L by its N values."""
+        tile, decision = self.instruction(tree, index, BY_KIND["SamplePerfectTile"])
+        split = ["Split", tile[1] + tile[3], [1, 0], self.define("l", len(tile[3]))]
+        return [(tile, decision), (split, None)]
+
+    def at_location(self, tree: Any, index: int) -> list[tuple[list, Any]]:
+        """``at B = k``: SampleComputeLocation of B, then ComputeAt of B at the sampled loop."""
+        loc, decision = self.instruction(tree, index, BY_KIND["SampleComputeLocation"])
+        return [(loc, decision), (["ComputeAt", loc[1] + loc[3], [1, -1], []], None)]
+
+    def instruction(self, tree: Any, index: int, spec: KindSpec | None = None) -> tuple[list, Any]:
         from lark import Tree
 
-        spec = BY_MNEMONIC[tree.data[2:]]
+        spec = spec or BY_MNEMONIC[tree.data[2:]]
         n_in = spec.n_inputs if spec.n_inputs is not None else max(
             [f.index + 1 for f in spec.fields if f.src == "in"] + [0])
         inputs: list[Any] = [None] * n_in
@@ -468,7 +556,11 @@ class _Decoder:
         if decision_node is not None:
             decision = [int(t) for t in decision_node.children]
         if spec.kind == "SampleCategorical":
-            cands = [int(t) for t in positional[pos:]]
+            named = [t for t in positional[pos:] if t.type == "NAME"]
+            if named and str(named[0]) not in CANDIDATES:
+                raise self.err("unknown candidate list", named[0], expected=" or ".join(CANDIDATES) + " or integers",
+                               found=str(named[0]))
+            cands = list(CANDIDATES[str(named[0])]) if named else [int(t) for t in positional[pos:]]
             probs_node = next((c for c in tree.children if isinstance(c, Tree) and c.data == "probs"), None)
             probs = [float(t) for t in probs_node.children] if probs_node else [1.0 / len(cands)] * len(cands)
             if len(probs) != len(cands):
@@ -506,14 +598,7 @@ class _Decoder:
             n_outputs = 1
         elif spec.out_count == "0":
             n_outputs = 0
-        outputs = []
-        for _ in range(n_outputs or 0):
-            t = spec.out_type
-            tvm_name = f"{t}{self.total}"
-            self.defined[f"{t}{self.counts[t]}"] = tvm_name
-            self.counts[t] += 1
-            self.total += 1
-            outputs.append(tvm_name)
+        outputs = self.define(spec.out_type, n_outputs or 0)
         return [spec.kind, inputs, attrs, outputs], decision
 
 
@@ -531,20 +616,47 @@ def parse(text: str) -> Any:
         raise _lark_error(e, text) from None
 
 
-def decode_with_lines(text: str) -> tuple[list, list[int]]:
-    """Script text -> (trace JSON, the script line of each instruction)."""
+def _is_derived_post(node: Any) -> bool:
+    return node.data == BY_KIND["EnterPostproc"].rule and bool(node.children)
+
+
+def decode_with_lines(text: str, context: Any = None) -> tuple[list, list[int]]:
+    """Script text -> (trace JSON, the script line of each instruction).
+
+    ``post *`` needs ``context`` (workload and target): the post-processing section is re-derived by
+    applying the script so far and running the target's post-processors (an ApplyError if TVM rejects it)."""
     tree = parse(text)
     dec = _Decoder()
     insts, decisions, lines = [], [], []
-    for i, node in enumerate(tree.children):
-        inst, decision = dec.instruction(node, i)
-        insts.append(inst)
-        lines.append(node.meta.line)
-        if decision is not None:
-            decisions.append([i, decision])
+    for n, node in enumerate(tree.children):
+        if _is_derived_post(node):
+            if n != len(tree.children) - 1:
+                nxt = tree.children[n + 1]
+                raise dec.err("nothing may follow `post *`", nxt, expected="end of script",
+                              found=text.splitlines()[nxt.meta.line - 1].strip())
+            if context is None:
+                raise dec.err("`post *` is derived from the workload and target: decode it with a context "
+                              "(dragon codec decode SCRIPT --workload W --target T)", node,
+                              expected="a post-processing context", found="post *")
+            full = context.derive([insts, decisions], lines=lines, text=text, post_line=node.meta.line)
+            lines += [node.meta.line] * (len(full[0]) - len(insts))
+            return full, lines
+        if node.data == f"k_{TILE_FOLD}":
+            pairs = dec.tile_split(node, len(insts))
+        elif node.data == f"k_{AT_FOLD}loc":
+            pairs = dec.at_location(node, len(insts))
+        else:
+            pairs = [dec.instruction(node, len(insts))]
+        for inst, decision in pairs:
+            if decision is not None:
+                decisions.append([len(insts), decision])
+            insts.append(inst)
+            lines.append(node.meta.line)
     return [insts, decisions], lines
 
 
-def decode(text: str) -> list:
-    """Script text -> trace JSON ``[insts, decisions]`` equal to TVM's ``trace.as_json()`` (IntImm as int)."""
-    return decode_with_lines(text)[0]
+def decode(text: str, context: Any = None) -> list:
+    """Script text -> trace JSON ``[insts, decisions]`` equal to TVM's ``trace.as_json()`` (IntImm as int).
+
+    ``context`` (``postproc.PostprocContext``): the workload and target, needed only by a ``post *`` line."""
+    return decode_with_lines(text, context)[0]

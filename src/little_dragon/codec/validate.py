@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 class CodecConfig:
     structural_check: bool = field(True, help="Also apply each decoded script to a fresh schedule of its "
                                               "workload and compare IRModules with TVM's own trace.")
+    derived_post: bool = field(True, help="Also check each record's `post *` form (post-processing re-derived "
+                                          "from workload and target at decode time) and report its tokens.")
     bpe_vocab_size: int = field(4096, help="Vocabulary of the byte-level BPE trained on the corpus for the "
                                            "comparison token counts.")
     token_sample: int = field(0, help="Measure tokens on at most this many records (0: all).")
@@ -74,7 +76,7 @@ def validate_codec(harvest_dirs: list[Path], out_dir: Path, cfg: CodecConfig | N
                    inputs={f"harvest{i}": p for i, p in enumerate(harvest_dirs)}) as mlflow:
         for harvest in harvest_dirs:
             for db_dir in database_dirs(Path(harvest)):
-                rs = roundtrip_database(db_dir, structural=cfg.structural_check)
+                rs = roundtrip_database(db_dir, structural=cfg.structural_check, derived_post=cfg.derived_post)
                 for r in rs:
                     r.workload = f"{Path(harvest).name}/{r.workload}"
                 results.extend(rs)
@@ -107,6 +109,9 @@ def _metrics(results: list, cfg: CodecConfig, count_tokens: Any, json_text: Any,
     chars: dict[str, float] = {}
     if measured:
         samples = [{"codec": r.text, "json": json_text(r.trace_json), "str": r.trace_str} for r in measured]
+        if all(r.text_post for r in measured):
+            for s, r in zip(samples, measured):
+                s["codec_post"] = r.text_post
         counts = count_tokens(samples, cfg.bpe_vocab_size)
         tokens = summarize(counts)
         # per target too: llvm and CUDA traces differ in size and make-up, and the issue's bar is on both
@@ -114,14 +119,14 @@ def _metrics(results: list, cfg: CodecConfig, count_tokens: Any, json_text: Any,
             idx = [i for i, r in enumerate(measured) if _target_kind(r.target) == kind]
             tokens_by_target[kind] = summarize({k: [v[i] for i in idx] for k, v in counts.items()})
             tokens_by_target[kind]["records"] = float(len(idx))
-        for form in ("codec", "json", "str"):
+        for form in samples[0]:
             chars[f"median_chars.{form}"] = float(statistics.median(len(s[form]) for s in samples))
     failures = [{"workload": r.workload, "record": r.record, "error": r.error} for r in results if not r.ok]
     return {
         "records": len(results), "passed": sum(r.ok for r in results), "failed": len(failures),
         "by_target": {k: dict(v) for k, v in sorted(by_target.items())},
         "instruction_kinds": dict(kinds.most_common()), "tokens": tokens, "tokens_by_target": tokens_by_target,
-        "chars": chars,
+        "chars": chars, "post_derived": sum(r.text_post.endswith("post *\n") for r in results),
         "token_records": len(measured), "failures": failures[: cfg.max_failures_listed],
     }
 
@@ -131,15 +136,17 @@ def _summary(m: dict) -> str:
     lines = ["# Codec validation", "",
              f"**{m['passed']} passed, {m['failed']} failed** of {m['records']} records ({per_target}).",
              "", "## Tokens (median over records; ratios: median of per-record ratios)", "",
-             "| target | tokenizer | codec | JSON | str(trace) | codec/JSON | codec/str |",
-             "|---|---|---|---|---|---|---|"]
+             f"`post *` (post-processing re-derived at decode) reproduces {m.get('post_derived', 0)} records exactly.",
+             "", "| target | tokenizer | form | codec | JSON | str(trace) | codec/JSON | codec/str |",
+             "|---|---|---|---|---|---|---|---|"]
     for scope, t in [("all", m["tokens"])] + sorted(m.get("tokens_by_target", {}).items()):
         for tok in ("smollm2", "bpe"):
-            if f"median_tokens.{tok}.codec" in t:
-                lines.append(f"| {scope} | {tok} | {t[f'median_tokens.{tok}.codec']:.0f} | "
-                             f"{t[f'median_tokens.{tok}.json']:.0f} | {t[f'median_tokens.{tok}.str']:.0f} | "
-                             f"{t[f'ratio.{tok}.codec_over_json.median']:.3f} | "
-                             f"{t[f'ratio.{tok}.codec_over_str.median']:.3f} |")
+            for form in ("codec", "codec_post"):
+                if f"median_tokens.{tok}.{form}" in t:
+                    lines.append(f"| {scope} | {tok} | {form} | {t[f'median_tokens.{tok}.{form}']:.0f} | "
+                                 f"{t[f'median_tokens.{tok}.json']:.0f} | {t[f'median_tokens.{tok}.str']:.0f} | "
+                                 f"{t[f'ratio.{tok}.{form}_over_json.median']:.3f} | "
+                                 f"{t[f'ratio.{tok}.{form}_over_str.median']:.3f} |")
     lines += ["", "## Instruction kinds", "", "| kind | count |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in m["instruction_kinds"].items()]
     if m["failures"]:
