@@ -234,7 +234,7 @@ def cuda_bandwidth(nbytes: int, repeats: int) -> dict[str, Any]:
     dst = torch.empty(n, device="cuda")
     acc = torch.empty((), device="cuda")
     copy = lambda: dst.copy_(src)
-    total = lambda: torch.sum(src, out=acc)
+    total = lambda: torch.sum(src, dim=0, out=acc)  # torch 2.11 has no out= without dim
     # enough back-to-back calls between two events that launch gaps do not dominate small copies
     inner = max(10, min(2000, (1 << 31) // max(nbytes, 1)))
     t_copy = _best(_cuda_timer(copy, inner), repeats)

@@ -3,11 +3,14 @@
 # sm_90 traces for a workload file with the project's own `dragon harvest`, resumably, inside a time box,
 # and send the harvest folder back through $OUT. Call again while the machine is warm to continue.
 #   bash scripts/device/harvest_cuda.sh WORKLOADS.parquet SECONDS [--set key=value ...]
+# env: HARVEST_ROOT (default /opt/ld/harvest), HARVEST_TAR (archive name under $OUT, default
+# harvest-cuda.tar.xz). Two GPUs of one host: run two copies at once with CUDA_VISIBLE_DEVICES=0/1, their
+# own HARVEST_ROOT/HARVEST_TAR and their own DRAGON_MEASURE_LOCK_DIR (the timing lock is per visible device).
 set -uo pipefail
 wl=$1; budget=$2; shift 2
 source /opt/ld/env.sh
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" DRAGON_NO_MLFLOW=1 PYTHONUNBUFFERED=1
-root=/opt/ld/harvest
+root=${HARVEST_ROOT:-/opt/ld/harvest}
 mkdir -p "$root"
 timeout --signal=KILL "$budget" python3 -m little_dragon.cli harvest --workloads "$wl" --out "$root" \
   --target cuda --orchestrator local --set builder_workers=16 "$@" 2>&1 | grep -v "^\s*$" | tail -n 60
@@ -24,5 +27,5 @@ for out in sorted(p for p in root.iterdir() if p.is_dir()):
     print(out.name, consolidate(out, list(wl["workload_id"])))
     print(family_summary(out, wl).to_string())
 PY
-tar -C "$root" --exclude=.staging -cJf "$OUT/harvest-cuda.tar.xz" .
+tar -C "$root" --exclude=.staging -cJf "$OUT/${HARVEST_TAR:-harvest-cuda.tar.xz}" .
 ls -la "$OUT"

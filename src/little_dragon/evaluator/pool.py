@@ -87,9 +87,14 @@ class Evaluator:
         self._phase_dir = tempfile.mkdtemp(prefix="dragon-eval-phases-")
         self._baselines: dict[str, dict] = {}
         self._workloads: dict[int, _Workload] = {}
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["little_dragon.evaluator.worker", "tvm", "tvm.s_tir.meta_schedule",
-                                    "little_dragon.evaluator.numerics"])
+        if self.kind == "llvm":
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(["little_dragon.evaluator.worker", "tvm", "tvm.s_tir.meta_schedule",
+                                        "little_dragon.evaluator.numerics"])
+        else:
+            # a process forked after the CUDA driver is initialised gets CUDA_ERROR_NOT_INITIALIZED (seen
+            # on the H200 with the forkserver preloading TVM): GPU workers start fresh (spawn) and stay alive
+            ctx = multiprocessing.get_context("spawn")
         self._pool = ProcessPool(
             max_workers=self.pool_size, max_tasks=self.cfg.worker_max_tasks, context=ctx,
             initializer=worker.init_worker,

@@ -43,6 +43,13 @@ def load_gguf(path: str | Path, dtype: Any = None) -> tuple[Any, Any]:
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     kw = {"dtype": dtype} if dtype is not None else {}
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kw)
+    # transformers dequantises GGUF tensors into plain float weights but leaves the model marked as GGUF-
+    # quantised, and Trainer then refuses full fine-tuning ("purely quantized models"): drop the marker.
+    if getattr(model, "hf_quantizer", None) is not None:
+        del model.hf_quantizer
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.is_quantized = False
     return model, tok
 
 

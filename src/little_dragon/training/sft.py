@@ -129,6 +129,8 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
             mlflow.log_artifact(str(ds_path), artifact_path="deepspeed")
         validity_cb = ValidityCallback(val_rows, tok, cfg.validity_samples, cfg.validity_max_new_tokens,
                                        cfg.validity_temperature, cfg.seed, mlflow)
+        if torch.cuda.is_available():  # the untrained baseline generates before the trainer places the model
+            loaded.model.to(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
         untrained = validity_rate(loaded.model, tok, validity_cb.rows, cfg.validity_max_new_tokens,
                                   cfg.validity_temperature)
         trainer = SFTTrainer(model=loaded.model, args=args, train_dataset=sft_data.to_dataset(train_rows),
