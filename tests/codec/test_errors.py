@@ -25,8 +25,8 @@ def _with_line(i: int, new: str) -> str:
 
 
 def test_truncated_line():
-    i = LINES.index("reorder l3 l7 l4 l8 l11 l5 l9 l12 l6 l10")
-    e = _decode_error(_with_line(i, "reorder"))
+    i = LINES.index("fuse l13 l14 l15")
+    e = _decode_error(_with_line(i, "fuse"))
     assert e.line == i + 1 and "end of line" in e.found and "l<N>" in e.expected
     j = LINES.index("tile l0 = 4 16 1 1")
     e = _decode_error(_with_line(j, "tile l0"))  # a folded tile always has its decision
@@ -58,18 +58,28 @@ def test_wrong_variable_type():
 
 
 def test_bad_decisions():
-    i = LINES.index("cat unroll = 0")
-    e = _decode_error(_with_line(i, "cat unroll = 7"))
+    i = LINES.index("ann b1 unroll cat unroll = 0")
+    e = _decode_error(_with_line(i, "ann b1 unroll cat unroll = 7"))
     assert e.line == i + 1 and "0..3" in e.expected and e.found == "7"
-    e = _decode_error(_with_line(i, "cat 0 16 64 512 = 4"))
+    e = _decode_error(_with_line(i, "ann b1 unroll cat 0 16 64 512 = 4"))
     assert e.line == i + 1 and "0..3" in e.expected and e.found == "4"
-    e = _decode_error(_with_line(i, "cat unrol = 0"))
+    e = _decode_error(_with_line(i, "ann b1 unroll cat unrol = 0"))
     assert e.line == i + 1 and "unroll" in e.expected and e.found == "unrol"
+    e = _decode_error(_with_line(i, "ann b1 unroll cat unroll"))  # a folded cat always has its decision
+    assert e.line == i + 1 and "end of line" in e.found
     j = LINES.index("tile l0 = 4 16 1 1")
     e = _decode_error(_with_line(j, "ptile l0 n=4 = 4 16 1"))
     assert e.line == j + 1 and "4 positive tile sizes" in e.expected
     e = _decode_error(_with_line(j, "tile l0 = 4 0 16 1"))
     assert "positive" in e.expected
+
+
+def test_reorder_star_needs_a_tiling_right_before():
+    i = LINES.index("reorder *")
+    e = _decode_error(_with_line(i - 1, "split l2 _ 1"))  # the last tile line is no tile line any more
+    assert e.line == i + 1 and "tile" in e.expected and e.found == "reorder *"
+    e = _decode_error("blk C\nloops b0 2\nreorder *\n")
+    assert e.line == 3 and "tiling" in e.expected
 
 
 def test_unknown_intrinsic():

@@ -82,6 +82,8 @@ _NL: /(\r?\n)+/
 
 def _kind_rule(spec: KindSpec) -> str:
     parts = [f'"{spec.mnemonic}"']
+    if spec.kind == "Reorder":  # `reorder *`: the multi-level tiling order, derived
+        return f'{spec.rule}: "{spec.mnemonic}" (LREF+ | DERIVED)'
     for f in spec.fields:
         parts.append(FIELD_SYMBOL[f.type] + ("+" if f.variadic else ""))
     if spec.kind == "SampleCategorical":
@@ -96,12 +98,15 @@ def _kind_rule(spec: KindSpec) -> str:
 
 def grammar_text() -> str:
     tile = BY_KIND["SamplePerfectTile"]
-    inst = "?inst: " + "\n    | ".join([s.rule for s in SPECS] + [f"k_{TILE_FOLD}", f"k_{AT_FOLD}loc"])
-    # folded pairs: SamplePerfectTile + Split (the tile's options, a decision always) and
-    # SampleComputeLocation + ComputeAt (a block and a decision)
+    inst = "?inst: " + "\n    | ".join([s.rule for s in SPECS] + [f"k_{TILE_FOLD}", f"k_{AT_FOLD}loc", "k_anncat"])
+    # folded pairs: SamplePerfectTile + Split (the tile's options, a decision always),
+    # SampleComputeLocation + ComputeAt (a block and a decision), SampleCategorical + Annotate
     fold = f'k_{TILE_FOLD}: "{TILE_FOLD}" LREF ' + " ".join(f"o_{o.name}?" for o in tile.options if o.name != "n")
     at_fold = f'k_{AT_FOLD}loc: "{AT_FOLD}" BREF decision'
-    kinds = "\n".join([_kind_rule(s) for s in SPECS] + [fold + " decision", at_fold])
+    ann, cat = BY_KIND["Annotate"], BY_KIND["SampleCategorical"]
+    ann_cat = (f'k_anncat: "{ann.mnemonic}" ' + " ".join(FIELD_SYMBOL[f.type] for f in ann.fields[:2])
+               + f' "{cat.mnemonic}" (INT+ | NAME) probs? decision')
+    kinds = "\n".join([_kind_rule(s) for s in SPECS] + [fold + " decision", at_fold, ann_cat])
     opts = sorted({o.name for s in SPECS for o in s.options})
     options = "\n".join(f'o_{n}: "{n}=" value' for n in opts)
     return f"{inst}\n{kinds}\n{options}\n{_COMMON}"

@@ -82,7 +82,8 @@ SPECS: tuple[KindSpec, ...] = (
              (Option("pui", "at", 0, 1), Option("dp", "at", 1, 0)), "l", "factors", n_attrs=2,
              doc="split a loop by factors (`_` = inferred, int, or a sampled value)"),
     KindSpec("Fuse", "fuse", (_f("in", 0, "l", True),), (PUI_INT,), "l", "1", n_attrs=1, doc="fuse loops"),
-    KindSpec("Reorder", "reorder", (_f("in", 0, "l", True),), (), n_attrs=0, doc="reorder loops"),
+    KindSpec("Reorder", "reorder", (_f("in", 0, "l", True),), (), n_attrs=0,
+             doc="reorder loops; `reorder *`: the multi-level tiling order (see below)"),
     KindSpec("Parallel", "par", (L0,), (), n_inputs=1, doc="parallelize a loop"),
     KindSpec("Vectorize", "vec", (L0,), (), n_inputs=1, doc="vectorize a loop"),
     KindSpec("Unroll", "unroll", (L0,), (), n_inputs=1, doc="unroll a loop"),
@@ -164,7 +165,15 @@ TILE_FOLD_DOC = ("`tile L [m=M] = t1 .. tN`: SamplePerfectTile of L followed by 
 AT_FOLD = "at"
 AT_FOLD_DOC = ("`at B = k`: SampleComputeLocation of B (decision k) followed by ComputeAt of B at the sampled loop "
                "(defines one loop)")
-DERIVED_POST = "*"  # ``post *``: the post-processing section is re-derived from workload + target
+# Folded pair: SampleCategorical immediately followed by an Annotate whose value is the sampled variable
+# (MetaSchedule's unroll and cooperative-fetch choices) is ``ann B KEY cat CANDS = k``.
+CAT_FOLD_DOC = ("`ann B KEY cat c1 .. cN = k` (or a named list): SampleCategorical (decision k) followed by "
+                "Annotate of B with the sampled value (defines one value)")
+DERIVED = "*"
+TILING_KEY = "meta_schedule.tiling_structure"
+REORDER_DOC = ("`reorder *`: the order MetaSchedule's multi-level tiling gives the loops of the `tile` lines "
+               "right before it, by the last `tiling` annotation (e.g. SSRSRS: level 0 of every spatial "
+               "tile, level 1 of every spatial tile, level 0 of every reduction tile, ...)")  # ``post *``: the post-processing section is re-derived from workload + target
 
 # Annotation keys MetaSchedule writes, as bare words (the model sees one or two tokens instead of six to
 # twelve).  A bare word is looked up here first; a key that *is* one of these words is written quoted.

@@ -12,11 +12,11 @@ import json
 import re
 from typing import Any
 
-from little_dragon.codec import indexmap
+from little_dragon.codec import derive, indexmap
 from little_dragon.codec.canonical import canonical_json, dumps
 from little_dragon.codec.errors import DecodeError, EncodeError
 from little_dragon.codec.grammar import HUMAN, parser
-from little_dragon.codec.kinds import (AT_FOLD, BY_KIND, BY_MNEMONIC, CANDIDATES, CANDIDATES_NAME, DERIVED_POST, INTRIN_ABBREV, INTRIN_FULL, KEY_ABBREV,
+from little_dragon.codec.kinds import (AT_FOLD, BY_KIND, BY_MNEMONIC, CANDIDATES, CANDIDATES_NAME, DERIVED, INTRIN_ABBREV, INTRIN_FULL, KEY_ABBREV,
                                       KEY_FULL, MS_KEY_PREFIX, THREAD_ABBREV, THREAD_FULL, TILE_FOLD, KindSpec)
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
@@ -233,6 +233,18 @@ def _at_fold(insts: list, by_index: dict[int, Any], i: int) -> bool:
             and _same(b[1], list(a[1]) + list(a[3])) and _same(b[2], [1, -1]) and _same(b[3], []))
 
 
+def _cat_ann_fold(insts: list, by_index: dict[int, Any], i: int) -> bool:
+    """Instruction i is a SampleCategorical (with its decision) whose value the next instruction annotates."""
+    a = insts[i]
+    if i + 1 >= len(insts) or not (isinstance(a, list) and len(a) == 4 and a[0] == "SampleCategorical"):
+        return False
+    b = insts[i + 1]
+    if not (isinstance(b, list) and len(b) == 4 and b[0] == "Annotate") or (i + 1) in by_index:
+        return False
+    return (type(by_index.get(i)) is int and isinstance(a[3], list) and len(a[3]) == 1
+            and isinstance(b[1], list) and len(b[1]) == 2 and b[1][1] == a[3][0] and _same(b[3], []))
+
+
 def _postproc_start(insts: list) -> int | None:
     return next((k for k, inst in enumerate(insts)
                  if isinstance(inst, list) and inst and inst[0] == "EnterPostproc"), None)
@@ -271,17 +283,23 @@ def encode(trace_json: Any, context: Any = None) -> str:
     i = 0
     while i < end:
         enc.i = i
-        fold = i + 1 < end and (_tile_split_fold(insts, by_index, i) or _at_fold(insts, by_index, i))
+        fold = i + 1 < end and (_tile_split_fold(insts, by_index, i) or _at_fold(insts, by_index, i)
+                                or _cat_ann_fold(insts, by_index, i))
         line = enc.instruction(insts[i], by_index.get(i))
+        if insts[i][0] == "Reorder" and i not in by_index and derive.reorder_is_derived(insts[:i], insts[i]):
+            line = f"{BY_KIND['Reorder'].mnemonic} {DERIVED}"
         if fold:
             enc.i = i + 1
-            enc.instruction(insts[i + 1], None)  # checks it and defines its outputs
+            second = enc.instruction(insts[i + 1], None)  # checks it and defines its outputs
             first = BY_KIND[insts[i][0]].mnemonic
-            line = (TILE_FOLD if insts[i][0] == "SamplePerfectTile" else AT_FOLD) + line[len(first):]
+            if insts[i][0] == "SampleCategorical":  # `ann B KEY v<k>` + `cat ...` -> `ann B KEY cat ...`
+                line = second.rsplit(" ", 1)[0] + " " + line
+            else:
+                line = (TILE_FOLD if insts[i][0] == "SamplePerfectTile" else AT_FOLD) + line[len(first):]
         lines.append(line)
         i += 2 if fold else 1
     if derived:
-        lines.append(f"{BY_KIND['EnterPostproc'].mnemonic} {DERIVED_POST}")
+        lines.append(f"{BY_KIND['EnterPostproc'].mnemonic} {DERIVED}")
     return "".join(line + "\n" for line in lines)
 
 
@@ -517,6 +535,16 @@ class _Decoder:
         split = ["Split", tile[1] + tile[3], [1, 0], self.define("l", len(tile[3]))]
         return [(tile, decision), (split, None)]
 
+    def annotate_categorical(self, tree: Any, index: int) -> list[tuple[list, Any]]:
+        """``ann B KEY cat CANDS = k``: SampleCategorical, then Annotate of B with the sampled value."""
+        from lark import Tree
+
+        target, key = tree.children[:2]
+        cat_tree = Tree("k_cat", tree.children[2:], tree.meta)
+        cat, decision = self.instruction(cat_tree, index, BY_KIND["SampleCategorical"])
+        ann = ["Annotate", [self.field("bl", target, "in"), cat[3][0]], [self.field("key", key, "at")], []]
+        return [(cat, decision), (ann, None)]
+
     def at_location(self, tree: Any, index: int) -> list[tuple[list, Any]]:
         """``at B = k``: SampleComputeLocation of B, then ComputeAt of B at the sampled loop."""
         loc, decision = self.instruction(tree, index, BY_KIND["SampleComputeLocation"])
@@ -641,10 +669,18 @@ def decode_with_lines(text: str, context: Any = None) -> tuple[list, list[int]]:
             full = context.derive([insts, decisions], lines=lines, text=text, post_line=node.meta.line)
             lines += [node.meta.line] * (len(full[0]) - len(insts))
             return full, lines
-        if node.data == f"k_{TILE_FOLD}":
+        if node.data == BY_KIND["Reorder"].rule and node.children[0].type == "DERIVED":
+            order = derive.tiling_reorder(insts)
+            if order is None:
+                raise dec.err("`reorder *` follows the `tile` lines of a multi-level tiling", node,
+                              expected="a `tiling` annotation and its `tile` lines right before", found="reorder *")
+            pairs = [(["Reorder", order, [], []], None)]
+        elif node.data == f"k_{TILE_FOLD}":
             pairs = dec.tile_split(node, len(insts))
         elif node.data == f"k_{AT_FOLD}loc":
             pairs = dec.at_location(node, len(insts))
+        elif node.data == "k_anncat":
+            pairs = dec.annotate_categorical(node, len(insts))
         else:
             pairs = [dec.instruction(node, len(insts))]
         for inst, decision in pairs:
