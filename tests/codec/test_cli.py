@@ -74,3 +74,22 @@ def test_validate_stage(json_database, tmp_path, capsys, monkeypatch):
         assert v["ratio.smollm2.codec_over_json.median"] < 1
     summary = (out_dir / "summary.md").read_text()
     assert "passed, 0 failed" in summary and "| llvm | smollm2 |" in summary and "| cuda | smollm2 |" in summary
+
+
+def test_post_star_through_the_cli(tmp_path, sampled, capsys):
+    """encode/decode with --workload and --target: the post-processing is one line, and decodes exactly."""
+    from little_dragon.codec import canonical_json
+
+    s = next(x for x in sampled if x.workload == "softmax_64x128" and x.postproc_ok)
+    trace_json = canonical_json(s.trace.as_json())
+    (tmp_path / "t.json").write_text(json.dumps(trace_json))
+    (tmp_path / "w.py").write_text(s.mod.script())
+    wl = ["--workload", str(tmp_path / "w.py"), "--target", "cuda"]
+    assert main(["codec", "encode", "--trace", str(tmp_path / "t.json"), *wl]) == 0
+    script = capsys.readouterr().out
+    assert script.endswith("post *\n")
+    (tmp_path / "t.script").write_text(script)
+    assert main(["codec", "decode", str(tmp_path / "t.script"), *wl]) == 0
+    assert dumps(json.loads(capsys.readouterr().out)) == dumps(trace_json)
+    assert main(["codec", "decode", str(tmp_path / "t.script")]) == 2  # no context: a clear error
+    assert "workload and target" in capsys.readouterr().err
