@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -96,7 +97,8 @@ def main() -> int:
     ev = Evaluator(target, cfg, timing_cfg)
     start_s = time.perf_counter() - t0
     summary: dict = {"target": target, "device": ev.device, "pool_size": ev.pool_size,
-                     "pool_start_s": start_s, "script_generation_s": gen_s}
+                     "pool_start_s": start_s, "script_generation_s": gen_s,
+                     "load_average_at_start": os.getloadavg()[0]}  # the machine is shared: say how busy
     try:
         reqs = [EvalRequest(mods[n], s) for n, ss in scripts.items() for s in ss]
         t0 = time.perf_counter()
@@ -130,6 +132,8 @@ def main() -> int:
         summary["cache_hit"] = {"scripts": len(hits), "wall_s": wall, "per_script_ms": 1e3 * wall / len(hits),
                                 "p95_ms": 1e3 * pct([h.eval_s for h in hits], 0.95)}
 
+        if args.fuzz <= 0:
+            return _report(summary, args)
         pool_scripts = [s for ss in scripts.values() for s in ss]
         fuzz = mutants(pool_scripts, args.fuzz, seed=11)
         # a mutant is scored on the workload of a random kernel (mutations may swap names across kernels)
@@ -140,16 +144,24 @@ def main() -> int:
         wall = time.perf_counter() - t0
         fc = {c: sum(r.category == c for r in fres) for c in CATEGORIES}
         assert sum(fc.values()) == len(fres), "uncategorised result"
+        timeouts = [(kind, r) for (kind, _), r in zip(fuzz, fres) if r.category == "timeout"]
         summary["fuzz"] = {"scripts": len(fres), "wall_s": wall, "scripts_per_s": len(fres) / wall,
-                           "categories": fc, "max_eval_s": max(r.eval_s for r in fres)}
+                           "categories": fc, "max_eval_s": max(r.eval_s for r in fres),
+                           "timeouts": [{"mutation": k, "phase": r.phase, "message": r.message[:200]}
+                                        for k, r in timeouts]}
     finally:
         ev.close()
+    return _report(summary, args)
+
+
+def _report(summary: dict, args: argparse.Namespace) -> int:
+    summary["load_average_at_end"] = os.getloadavg()[0]
     print(json.dumps(summary, indent=2, default=str))
     u = summary["uncached"]
     print(f"{u['scripts']} uncached scripts: {u['scripts_per_s']:.2f} scripts/s, p50 {u['p50_s']:.2f} s, "
           f"p95 {u['p95_s']:.2f} s; dominant phase {u['dominant_phase']}; cache hit "
-          f"{summary['cache_hit']['per_script_ms']:.2f} ms/script; fuzz {summary['fuzz']['scripts_per_s']:.1f}/s",
-          file=sys.stderr)
+          f"{summary['cache_hit']['per_script_ms']:.2f} ms/script"
+          + (f"; fuzz {summary['fuzz']['scripts_per_s']:.1f}/s" if "fuzz" in summary else ""), file=sys.stderr)
     if args.out:
         from little_dragon.atomic import write_json
 
