@@ -98,7 +98,11 @@ def tune_workload(workload_id: str, tvmscript: str, target: dict[str, Any], harv
     )
     tune_s = time.perf_counter() - t0
     baseline, baseline_kind = measure_baseline(mod, target, tcfg)
-    cands = [json.loads(line) for line in (db_dir / "candidates.jsonl").read_text().splitlines() if line]
+    cand_path = db_dir / "candidates.jsonl"
+    if not cand_path.is_file():  # seen on CUDA: every sampled schedule failed post-processing
+        raise RuntimeError(f"workload {workload_id}: MetaSchedule measured no candidate in "
+                           f"{hcfg.trials_per_workload} trials (no sampled schedule passed post-processing)")
+    cands = [json.loads(line) for line in cand_path.read_text().splitlines() if line]
     valid = [c["latency_us"] for c in cands if c["valid"]]
     result = {
         "workload_id": workload_id,
