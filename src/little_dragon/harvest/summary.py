@@ -49,7 +49,7 @@ def harvest_metrics(harvest_dir: str | Path, workloads: pd.DataFrame) -> dict[st
     return {
         "workloads_ok": int((st["status"] == "ok").sum()),
         "workloads_failed": int((st["status"] == "failed").sum()),
-        "records": int(len(rec)),
+        "records": len(rec),
         "valid_fraction": float(rec["valid"].mean()) if len(rec) else 0.0,
         "trials_per_min": float(len(rec) / minutes) if minutes else 0.0,
         "speedup_median": float(fs["speedup_median"].median()) if len(fs) else 0.0,

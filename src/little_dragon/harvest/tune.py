@@ -17,8 +17,8 @@ from typing import Any
 
 
 def _candidate_recorder(path: Path):
-    from tvm.s_tir import meta_schedule as ms
     from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
 
     from little_dragon.codec.canonical import canonical_json, dumps
 
@@ -47,8 +47,7 @@ def _candidate_recorder(path: Path):
                 })
                 self.trial += 1
             with open(path, "a") as f:
-                for row in rows:
-                    f.write(json.dumps(row) + "\n")
+                f.writelines(json.dumps(row) + "\n" for row in rows)
 
     return RecordCandidates()
 

@@ -14,7 +14,8 @@ import math
 import os
 import statistics
 import tempfile
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from little_dragon.config import field
 
