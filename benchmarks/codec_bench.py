@@ -103,10 +103,10 @@ def main() -> int:
         s = samples[i]
         c = PostprocContext(s["mod"], s["target"])
         c._postprocs = shared[(id(s["mod"]), s["target"])].postprocs()
-        enc_p += _time(lambda: encode(s["json"], c))
+        enc_p += _time(lambda s=s, c=c: encode(s["json"], c))
         c._cache.clear()
         back: list = []
-        dec_p += _time(lambda: back.append(decode(posts[i], c)))
+        dec_p += _time(lambda i=i, c=c, back=back: back.append(decode(posts[i], c)))
         if json.dumps(back[0]) != json.dumps(s["json"]):
             raise SystemExit(f"trace {i}: post * form does not decode to the record")
 
@@ -127,7 +127,7 @@ def main() -> int:
                  "str": samples[i]["str"]} for i in idx]
         summ = summarize(count_tokens(rows, tokenizers=args.tokenizers))
         for tok in args.tokenizers:
-            def mp(form):
+            def mp(form, summ=summ, tok=tok):
                 return f"{summ[f'median_tokens.{tok}.{form}']:.0f} / {summ[f'p90_tokens.{tok}.{form}']:.0f}"
 
             lines.append(f"| {g} | {len(idx)} | {tok} | {mp('codec')} | {mp('codec_post')} | {mp('json')} | "

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from little_dragon.codec.docs import kinds_markdown
+from little_dragon.codec.docs import forms_markdown, kinds_markdown
 from little_dragon.codec.grammar import grammar_text, parser
 from little_dragon.codec.kinds import SPECS, kinds_table
 
@@ -21,5 +21,6 @@ def test_every_spec_is_a_registered_tvm_kind_with_a_unique_mnemonic():
 def test_docs_show_the_generated_table_and_grammar():
     doc = DOC.read_text()
     assert kinds_markdown() in doc, "docs/codec.md is stale: regenerate with `dragon codec kinds`"
+    assert forms_markdown() in doc, "docs/codec.md is stale: regenerate with `dragon codec kinds`"
     assert grammar_text().strip() in doc
     parser()  # the grammar builds as LALR without conflicts

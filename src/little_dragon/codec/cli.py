@@ -169,8 +169,8 @@ def main(args: argparse.Namespace) -> int:
 
             print(grammar_text())
         else:
-            from little_dragon.codec.docs import kinds_markdown
+            from little_dragon.codec.docs import forms_markdown, kinds_markdown
 
-            print(kinds_markdown())
+            print(kinds_markdown() + "\n\nFolded and derived lines:\n\n" + forms_markdown())
         return 0
     raise UserError(f"unknown codec action {cmd}")

@@ -1,7 +1,7 @@
 """Generated parts of docs/codec.md: the supported-kinds table (from TVM's registry) and the grammar."""
 from __future__ import annotations
 
-from little_dragon.codec.kinds import kinds_table
+from little_dragon.codec.kinds import FORMS_DOC, kinds_table
 
 
 def kinds_markdown() -> str:
@@ -10,4 +10,11 @@ def kinds_markdown() -> str:
     for r in rows:
         mn = f"`{r['mnemonic']}`" if r["mnemonic"] else "—"
         out.append(f"| {r['kind']} | {'yes' if r['pure'] else 'no'} | {mn} | {r['doc']} |")
+    return "\n".join(out)
+
+
+def forms_markdown() -> str:
+    """The folded and derived lines (one line for several instructions, or ``*`` for a derived part)."""
+    out = ["| line | TVM kinds | meaning |", "|---|---|---|"]
+    out += [f"| `{form}` | {kinds} | {doc} |" for form, kinds, doc in FORMS_DOC]
     return "\n".join(out)

@@ -169,11 +169,22 @@ AT_FOLD_DOC = ("`at B = k`: SampleComputeLocation of B (decision k) followed by 
 # (MetaSchedule's unroll and cooperative-fetch choices) is ``ann B KEY cat CANDS = k``.
 CAT_FOLD_DOC = ("`ann B KEY cat c1 .. cN = k` (or a named list): SampleCategorical (decision k) followed by "
                 "Annotate of B with the sampled value (defines one value)")
+# ``*`` in place of a derived part: ``reorder *`` (derive.py), ``post *`` (postproc.py)
 DERIVED = "*"
 TILING_KEY = "meta_schedule.tiling_structure"
 REORDER_DOC = ("`reorder *`: the order MetaSchedule's multi-level tiling gives the loops of the `tile` lines "
                "right before it, by the last `tiling` annotation (e.g. SSRSRS: level 0 of every spatial "
-               "tile, level 1 of every spatial tile, level 0 of every reduction tile, ...)")  # ``post *``: the post-processing section is re-derived from workload + target
+               "tile, level 1 of every spatial tile, level 0 of every reduction tile, ...)")
+POST_DOC = ("`post *` (last line): EnterPostproc and what the target's post-processors do, re-derived from "
+            "the workload and target at decode time (needs a PostprocContext)")
+# the folded and derived lines, for docs/codec.md: (form, TVM kinds, meaning)
+FORMS_DOC: tuple[tuple[str, str, str], ...] = (
+    ("tile", "SamplePerfectTile + Split", TILE_FOLD_DOC),
+    ("at … =", "SampleComputeLocation + ComputeAt", AT_FOLD_DOC),
+    ("ann … cat", "SampleCategorical + Annotate", CAT_FOLD_DOC),
+    ("reorder *", "Reorder", REORDER_DOC),
+    ("post *", "EnterPostproc + post-processing", POST_DOC),
+)
 
 # Annotation keys MetaSchedule writes, as bare words (the model sees one or two tokens instead of six to
 # twelve).  A bare word is looked up here first; a key that *is* one of these words is written quoted.

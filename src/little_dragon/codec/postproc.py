@@ -88,13 +88,13 @@ class PostprocContext:
         try:
             Trace.apply_json_to_schedule(pre_json, sch)
         except Exception as e:  # noqa: BLE001 - any TVM error: the script before `post *` does not apply
-            raise DeriveError(f"the script before `post *` does not apply: {str(e).strip().splitlines()[-1]}")
+            raise DeriveError(f"the script before `post *` does not apply: {str(e).strip().splitlines()[-1]}") from None
         sch.enter_postproc()
         for p in postprocs:
             try:
                 ok = p.apply(sch)
             except Exception as e:  # noqa: BLE001
-                raise DeriveError(f"post-processor {type(p).__name__} failed: {str(e).strip().splitlines()[-1]}")
+                raise DeriveError(f"post-processor {type(p).__name__} failed: {str(e).strip().splitlines()[-1]}") from None
             if not ok:
                 raise DeriveError(f"post-processor {type(p).__name__} rejects the schedule")
         got = canonical_json(sch.trace.as_json(remove_postproc=False))

@@ -16,8 +16,9 @@ from little_dragon.codec import derive, indexmap
 from little_dragon.codec.canonical import canonical_json, dumps
 from little_dragon.codec.errors import DecodeError, EncodeError
 from little_dragon.codec.grammar import HUMAN, parser
-from little_dragon.codec.kinds import (AT_FOLD, BY_KIND, BY_MNEMONIC, CANDIDATES, CANDIDATES_NAME, DERIVED, INTRIN_ABBREV, INTRIN_FULL, KEY_ABBREV,
-                                      KEY_FULL, MS_KEY_PREFIX, THREAD_ABBREV, THREAD_FULL, TILE_FOLD, KindSpec)
+from little_dragon.codec.kinds import (AT_FOLD, BY_KIND, BY_MNEMONIC, CANDIDATES, CANDIDATES_NAME, DERIVED,
+                                      INTRIN_ABBREV, INTRIN_FULL, KEY_ABBREV, KEY_FULL, MS_KEY_PREFIX, THREAD_ABBREV,
+                                      THREAD_FULL, TILE_FOLD, KindSpec)
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 _RV_RE = re.compile(r"([blv])([0-9]+)\Z")
