@@ -104,3 +104,29 @@ def test_json_database_round_trip(json_database, target):
     assert dirs
     results = [r for d in dirs for r in roundtrip_database(d)]
     assert results and all(r.ok for r in results), [r.error for r in results if not r.ok][:3]
+
+
+def test_folds_and_derived_lines_only_when_exact():
+    """A pair that is not exactly MetaSchedule's stays two lines, a reorder that is not the tiling order is
+    written out, a key spelled like a table word is quoted, and all of it round-trips."""
+    import json
+    from pathlib import Path
+
+    golden = Path(__file__).parent / "golden"
+    base = json.loads((golden / "llvm_matmul_tuned_record.json").read_text())
+    text = encode(base)
+    assert "tile l0 = 4 16 1 1" in text and "reorder *" in text and "ann b1 unroll cat unroll = 0" in text
+
+    insts = json.loads(dumps(base))
+    split = next(i for i in insts[0] if i[0] == "Split")
+    split[2] = [0, 0]  # preserve_unit_iters off: not the pair tiling writes
+    reorder = next(i for i in insts[0] if i[0] == "Reorder")
+    reorder[1][0], reorder[1][1] = reorder[1][1], reorder[1][0]
+    ann = next(i for i in insts[0] if i[0] == "Annotate" and i[1][1] == "v25")
+    ann[2] = ["unroll"]  # a key that is literally a table word
+    text = encode(insts)
+    lines = text.splitlines()
+    assert "ptile l0 = 4 16 1 1" in lines and "split l0 v0 v1 v2 v3 pui=0" in lines
+    assert "reorder *" not in text and any(ln.startswith("reorder l") for ln in lines)
+    assert 'ann b1 "unroll" cat unroll = 0' in lines
+    assert dumps(decode(text)) == dumps(insts) and encode(decode(text)) == text
