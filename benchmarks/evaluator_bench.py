@@ -72,6 +72,10 @@ def main() -> int:
     ap.add_argument("--fuzz", type=int, default=2000, help="mutated scripts in the robustness run")
     ap.add_argument("--pool-size", type=int, default=0, help="workers (0: params.yaml / CPU count)")
     ap.add_argument("--out", help="also write the JSON summary here")
+    ap.add_argument("--max-memory-gb", type=float, default=10.0,
+                    help="address-space limit of this process (0: none). Scripts are decoded in the caller; "
+                         "a fuzzed count such as 'loops b5 399999999999999999999' made the codec grow this "
+                         "process to 21 GB on the shared 24 GB machine before the limit existed")
     args = ap.parse_args()
 
     import dataclasses
@@ -96,6 +100,11 @@ def main() -> int:
     t0 = time.perf_counter()
     ev = Evaluator(target, cfg, timing_cfg)
     start_s = time.perf_counter() - t0
+    if args.max_memory_gb > 0:  # after the pool started: its forkserver and workers keep their own limits
+        import resource
+
+        limit = int(args.max_memory_gb * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     summary: dict = {"target": target, "device": ev.device, "pool_size": ev.pool_size,
                      "pool_start_s": start_s, "script_generation_s": gen_s,
                      "load_average_at_start": os.getloadavg()[0]}  # the machine is shared: say how busy
