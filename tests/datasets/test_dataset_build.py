@@ -62,11 +62,21 @@ def test_completions_are_harvested_traces_and_refinements_really_are_faster(buil
     lat = _harvest_latencies(harvested)
     ex = res.examples
     assert (ex["task"] == "refinement").sum() > 0 and (ex["task"] == "construction").sum() > 0
+    from little_dragon.workloads.store import load_workloads, module_from_script
+
+    scripts = dict(zip(*[load_workloads(cfg.workloads)[c] for c in ("workload_id", "tvmscript")]))
+    contexts = {}
+    # the completions write the post-processing section as `post *` (re-derived on decode)
+    assert ex["completion"].str.rstrip().str.endswith("post *").any()
     for r in ex.itertuples():
-        done = lat[(r.workload_id, json.dumps(codec.decode(r.completion)))]
+        ctx = contexts.get((r.workload_id, r.target))
+        if ctx is None:
+            ctx = contexts[(r.workload_id, r.target)] = codec.PostprocContext(
+                module_from_script(scripts[r.workload_id]), r.target)
+        done = lat[(r.workload_id, json.dumps(codec.decode(r.completion, ctx)))]
         assert done == pytest.approx(r.completion_latency_us)
         if r.task == "refinement":
-            start = lat[(r.workload_id, json.dumps(codec.decode(r.start_script)))]
+            start = lat[(r.workload_id, json.dumps(codec.decode(r.start_script, ctx)))]
             assert start >= cfg.refinement_min_speedup * done, (r.workload_id, start, done)
             assert r.start_script.strip() in r.prompt and r.completion != r.start_script
     # the first construction example of a workload is its best valid trace

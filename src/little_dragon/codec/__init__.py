@@ -13,8 +13,8 @@ Public API (other stages code against exactly this):
 from little_dragon.codec.apply import apply
 from little_dragon.codec.canonical import canonical_json
 from little_dragon.codec.errors import ApplyError, CodecError, DecodeError, EncodeError
-from little_dragon.codec.postproc import PostprocContext
+from little_dragon.codec.postproc import PostprocContext, SyntaxOnlyContext
 from little_dragon.codec.script import decode, encode
 
 __all__ = ["encode", "decode", "apply", "canonical_json", "CodecError", "DecodeError", "EncodeError",
-           "ApplyError", "PostprocContext"]
+           "ApplyError", "PostprocContext", "SyntaxOnlyContext"]

@@ -122,3 +122,12 @@ class PostprocContext:
 
             apply_json(pre_json, Schedule(self.mod, debug_mask=0), lines, text)  # raises, naming the instruction
         raise ApplyError(f"`post *`: {got}", line=post_line, instruction="post *", reason=str(got))
+
+
+class SyntaxOnlyContext:
+    """A stand-in context that accepts ``post *`` without deriving it: decoding yields the trace before
+    ``post *``.  For checks of the text alone (does it parse, what does it say) and for callers that run
+    the target's post-processors themselves (the evaluator's verify phase does exactly that)."""
+
+    def derive(self, pre_json: list, lines: list[int] | None = None, text: str = "", post_line: int = 0) -> list:
+        return [list(pre_json[0]), list(pre_json[1])]

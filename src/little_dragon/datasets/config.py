@@ -53,6 +53,10 @@ class DatasetsConfig:
         default_factory=lambda: [0.2, 1.0],
         help="Starting scripts are drawn evenly from this latency-rank range of a run's valid traces "
              "(0: the best, 1: the slowest): from mediocre to good.")
+    derive_postproc: bool = field(
+        True, help="Write a script's post-processing section as `post *` (re-derived from the workload and "
+                   "target by the target's MetaSchedule post-processors when decoded) wherever that is exact, "
+                   "so the model writes only the decisions that matter; false writes every line out.")
     context_tokens: int = field(
         4096, help="Model context: prompt + completion + EOS must fit, in tokens of `tokenizer`.")
     overlong: Literal["compact", "exclude"] = field(

@@ -88,19 +88,21 @@ class BuildCounts:
     no_refinement_pair: int = 0
 
 
-def _encode_checked(trace_json: str, where: str, counts: BuildCounts) -> str | None:
-    """Codec text of a harvested trace, or None (counted) if the codec does not round-trip it exactly."""
+def _encode_checked(trace_json: str, where: str, counts: BuildCounts, context: Any = None) -> str | None:
+    """Codec text of a harvested trace, or None (counted) if the codec does not round-trip it exactly.
+    With ``context`` (``codec.PostprocContext`` of the workload and target) the post-processing section is
+    written ``post *`` wherever re-deriving it is exact."""
     from little_dragon import codec
 
     trace = json.loads(trace_json)
     try:
-        text = codec.encode(trace)
-        back = codec.decode(text)
+        text = codec.encode(trace, context)
+        back = codec.decode(text, context)
         # records hold the MetaSchedule database's canonical form (harvest record format 2): plain
         # booleans already 0/1, boolean IntImms true; compare as is
         if json.dumps(back) != json.dumps(codec.canonical_json(trace, bools_as_int=False)):
             raise ValueError("decode(encode(trace)) differs from the harvested trace")
-        if codec.encode(back) != text:
+        if codec.encode(back, context) != text:
             raise ValueError("encode(decode(text)) differs from the text")
     except Exception as e:  # CodecError and friends: count and report, never use the record
         counts.codec_rejected += 1
@@ -110,14 +112,15 @@ def _encode_checked(trace_json: str, where: str, counts: BuildCounts) -> str | N
     return text
 
 
-def distinct_scripts(records: pd.DataFrame, where: str, counts: BuildCounts) -> list[Script]:
+def distinct_scripts(records: pd.DataFrame, where: str, counts: BuildCounts, context: Any = None
+                     ) -> list[Script]:
     """Valid records of one run as distinct codec scripts, fastest first (ties: earlier trial)."""
     ok = records[records["valid"].astype(bool)]
     ok = ok[np.isfinite(ok["latency_us"].astype(float)) & (ok["latency_us"].astype(float) > 0)]
     counts.valid_records += len(ok)
     best: dict[str, Script] = {}
     for r in ok.sort_values("trial").itertuples():
-        text = _encode_checked(r.trace_json, f"{where} trial {r.trial}", counts)
+        text = _encode_checked(r.trace_json, f"{where} trial {r.trial}", counts, context)
         if text is None:
             continue
         lat = float(r.latency_us)
@@ -163,6 +166,13 @@ def _seed_for(seed: int, *keys: str) -> int:
     return int.from_bytes(hashlib.sha256(":".join([str(seed), *keys]).encode()).digest()[:8], "big")
 
 
+def _postproc_context(workload: pd.Series, target: str, wid: str) -> Any:
+    from little_dragon.codec import PostprocContext
+    from little_dragon.workloads.store import module_from_script
+
+    return PostprocContext(module_from_script(workload["tvmscript"], where=f"workload {wid}"), target)
+
+
 def build_raw_examples(workloads: pd.DataFrame, harvests: list[Harvest], cfg: DatasetsConfig
                        ) -> tuple[pd.DataFrame, BuildCounts]:
     """One row per example, without prompt text yet (``render.py`` adds prompts and token counts)."""
@@ -176,7 +186,8 @@ def build_raw_examples(workloads: pd.DataFrame, harvests: list[Harvest], cfg: Da
                 raise ValueError(f"{h.path}/records.parquet: workload {wid} is neither in the workload store "
                                  f"{cfg.workloads} nor in {h.path}/workloads.parquet (stale harvest?)")
             counts.workloads_with_records += 1
-            scripts = distinct_scripts(recs, f"{h.path.name}/{wid}", counts)
+            scripts = distinct_scripts(recs, f"{h.path.name}/{wid}", counts,
+                                       _postproc_context(wl.loc[wid], h.target, wid) if cfg.derive_postproc else None)
             if not scripts:
                 counts.no_valid_record += 1
                 continue

@@ -26,7 +26,9 @@ def decode_script(text: str) -> list:
     codec = _codec()
     if codec is not None:
         try:
-            trace = codec.decode(text)
+            # `post *` stands for the target's post-processors, which the worker's verify phase runs on
+            # every applied schedule anyway: the trace before it is what gets applied (and cached)
+            trace = codec.decode(text, codec.SyntaxOnlyContext())
         except Exception as e:  # CodecError subclasses carry line/column/expected/found
             parts = [f"line {getattr(e, 'line', '?')}, column {getattr(e, 'column', '?')}"]
             if getattr(e, "expected", None) is not None:

@@ -80,13 +80,29 @@ def harvest_frames(ds: DatasetsConfig) -> dict[str, pd.DataFrame]:
     return {"harvest_records": records, "harvest_workloads": pd.DataFrame(per_wl)}
 
 
-def _roundtrip_ok(text: Any) -> bool:
+_CONTEXTS: dict[tuple[str, str], Any] = {}
+
+
+def _context(tvmscript: Any, target: Any) -> Any:
+    """``post *`` context of an example's workload and target (None when the row lacks them)."""
+    if not isinstance(tvmscript, str) or not tvmscript or not isinstance(target, str) or not target:
+        return None
+    key = (tvmscript, target)
+    if key not in _CONTEXTS:
+        from little_dragon.codec import PostprocContext
+        from little_dragon.workloads.store import module_from_script
+
+        _CONTEXTS[key] = PostprocContext(module_from_script(tvmscript), target)
+    return _CONTEXTS[key]
+
+
+def _roundtrip_ok(text: Any, context: Any = None) -> bool:
     from little_dragon import codec
 
     if not isinstance(text, str) or not text:
         return False
     try:
-        return codec.encode(codec.decode(text)) == text
+        return codec.encode(codec.decode(text, context), context) == text
     except Exception:  # an undecodable script is exactly what this column reports
         return False
 
@@ -117,9 +133,11 @@ def examples_frames(ds: DatasetsConfig, qc: QualityConfig) -> dict[str, pd.DataF
     training = ex["file_split"].isin(("train", "validation"))
     ex["sealed_leak"] = training & (ex["structural_hash"].astype(str).isin(hashes) | ex["group"].isin(groups))
     ex["split_matches_file"] = ex["split"] == ex["file_split"]
-    ex["codec_roundtrip_ok"] = [_roundtrip_ok(t) for t in ex["completion"]]
-    ex["start_roundtrip_ok"] = [_roundtrip_ok(s) if t == "refinement" else None
-                                for t, s in zip(ex["task"], ex["start_script"])]
+    tvmscripts = ex["tvmscript"] if "tvmscript" in ex else [None] * len(ex)
+    contexts = [_context(w, g) for w, g in zip(tvmscripts, ex["target"])]
+    ex["codec_roundtrip_ok"] = [_roundtrip_ok(t, c) for t, c in zip(ex["completion"], contexts)]
+    ex["start_roundtrip_ok"] = [_roundtrip_ok(s, c) if t == "refinement" else None
+                                for t, s, c in zip(ex["task"], ex["start_script"], contexts)]
     ex["start_roundtrip_ok"] = ex["start_roundtrip_ok"].astype(object)
     for c in ("completion_latency_us", "start_latency_us", "prompt_tokens", "completion_tokens"):
         ex[c] = pd.to_numeric(ex[c], errors="coerce")

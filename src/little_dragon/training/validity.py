@@ -10,6 +10,7 @@ decodes (to the empty trace) but is not valid: it schedules nothing.
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,25 @@ def workload_module(row: dict[str, Any]) -> Any:
     return _module_from_store(str(wid))
 
 
+_CONTEXTS: dict[tuple[int, str], Any] = {}
+
+
+def postproc_context(mod: Any, row: dict[str, Any]) -> Any:
+    """The ``post *`` context of a row (its workload and target), cached per module and target."""
+    from little_dragon.codec import PostprocContext
+
+    target = row.get("target")
+    if not target:
+        return None
+    target = target if isinstance(target, str) else json.dumps(target, sort_keys=True)
+    key = (id(mod), target)
+    if key not in _CONTEXTS:
+        if len(_CONTEXTS) > 512:
+            _CONTEXTS.clear()
+        _CONTEXTS[key] = PostprocContext(mod, target)
+    return _CONTEXTS[key]
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"[:300]
@@ -66,14 +86,15 @@ def check_script(text: str, row: dict[str, Any]) -> Verdict:
         mod = workload_module(row)
     except Exception as e:  # noqa: BLE001 - a missing workload is reported, not a crash of training
         return Verdict(False, False, f"workload {row.get('workload_id')}: {_first_line(e)}")
+    context = postproc_context(mod, row)
     try:
-        insts, _ = codec.decode(text)
+        insts = codec.decode(text, codec.SyntaxOnlyContext())[0]  # the text alone; `post *` is derived below
     except Exception as e:  # noqa: BLE001 - DecodeError, and anything else garbled text provokes
         return Verdict(False, False, f"decode: {_first_line(e)}")
     if not insts:  # the empty trace applies to anything; a model that writes nothing has not written a script
         return Verdict(True, False, "empty: the script has no instructions")
     try:
-        codec.apply(text, s_tir.Schedule(mod))
+        codec.apply(text, s_tir.Schedule(mod), context)
     except Exception as e:  # noqa: BLE001 - ApplyError; TVM's own errors are wrapped by the codec
         return Verdict(True, False, f"apply: {_first_line(e)}")
     return Verdict(True, True)
