@@ -141,3 +141,10 @@ def test_apply_to_the_wrong_workload(sampled):
     with pytest.raises(ApplyError) as info:
         apply(text, Schedule(other.mod))
     assert info.value.line == 1 and "blk" in info.value.instruction
+
+
+def test_absurd_output_count_is_a_decode_error_not_an_allocation():
+    # a fuzz mutant once made the decoder build a 4e20-element output list (21 GB before it was killed)
+    i = next(k for k, line in enumerate(LINES) if line.startswith("loops "))
+    e = _decode_error(_with_line(i, LINES[i].split()[0] + " " + LINES[i].split()[1] + " 399999999999999999999"))
+    assert e.line == i + 1 and "outputs" in str(e)

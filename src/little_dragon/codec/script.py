@@ -25,6 +25,10 @@ _RV_RE = re.compile(r"([blv])([0-9]+)\Z")
 _RV_KIND = {"b": "block", "l": "loop", "v": "value"}
 
 
+
+# Most outputs one instruction may define (GetLoops of a deep nest has ~10; splits up to ~8).
+MAX_OUTPUTS = 4096
+
 def _same(a: Any, b: Any) -> bool:
     return dumps(a) == dumps(b)
 
@@ -627,6 +631,9 @@ class _Decoder:
             n_outputs = 1
         elif spec.out_count == "0":
             n_outputs = 0
+        if (n_outputs or 0) > MAX_OUTPUTS:  # a model's typo must not make the decoder allocate gigabytes
+            raise self.err(f"{n_outputs} outputs is more than any schedule has", tree,
+                           expected=f"at most {MAX_OUTPUTS} outputs", found=str(n_outputs))
         outputs = self.define(spec.out_type, n_outputs or 0)
         return [spec.kind, inputs, attrs, outputs], decision
 
