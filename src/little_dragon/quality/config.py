@@ -15,7 +15,7 @@ class QualityConfig:
     min_valid_workload_fraction: float = field(
         1.0, help="Share of workloads tuned without error that must have at least one valid record (1.0: all).")
     max_failed_workload_fraction: float = field(
-        0.1, help="Share of workloads whose tuning may have failed (crash, hang, TVM error) in one harvest.")
+        0.2, help="Share of workloads whose tuning may have failed (crash, hang, TVM error) in one harvest.")
     reparse_sample: int = field(
         200, help="Workloads whose TVMScript is re-parsed and re-hashed against the store (0: all).")
     max_family_share: float = field(0.5, help="No family may hold more than this share of the training examples.")
