@@ -24,25 +24,29 @@ def local_builder(max_workers: int, timeout_sec: float):
     """MetaSchedule's LocalBuilder with ``fast_build``, minus its start-up sanity check (a throw-away popen
     pool that imports TVM only to look up the build function: ~4 s per tuning run on 2 cores). A broken
     build function still shows, as a build error on every candidate."""
-    return _quick_builder_class()(max_workers=max_workers, timeout_sec=timeout_sec, f_build=fast_build)
+    from tvm.s_tir import meta_schedule as ms
+
+    return without_sanity_check(ms.builder.LocalBuilder)(max_workers=max_workers, timeout_sec=timeout_sec,
+                                                         f_build=fast_build)
 
 
-_QUICK_BUILDER = None
+_UNCHECKED: dict[Any, Any] = {}
 
 
-def _quick_builder_class():
-    global _QUICK_BUILDER
-    if _QUICK_BUILDER is None:
+def without_sanity_check(local_cls: Any) -> Any:
+    """MetaSchedule's LocalBuilder or LocalRunner class with its start-up ``_sanity_check`` (a popen round
+    trip) turned off; the first real build or measurement exercises the same path."""
+    if local_cls not in _UNCHECKED:
         from tvm.ir.utils import derived_object
-        from tvm.s_tir import meta_schedule as ms
 
         @derived_object
-        class QuickLocalBuilder(ms.builder.LocalBuilder._cls):  # the class behind TVM's derived_object
+        class Unchecked(local_cls._cls):  # the class behind TVM's derived_object wrapper
             def _sanity_check(self) -> None:
                 pass
 
-        _QUICK_BUILDER = QuickLocalBuilder
-    return _QUICK_BUILDER
+        Unchecked.__name__ = f"Unchecked{local_cls._cls.__name__}"
+        _UNCHECKED[local_cls] = Unchecked
+    return _UNCHECKED[local_cls]
 
 
 def import_tensor_intrinsics() -> None:

@@ -124,28 +124,15 @@ def local_runner(cfg: TimingConfig):
     key = json.dumps(dataclasses.asdict(cfg), sort_keys=True)
     runner = _RUNNERS.get(key)
     if runner is None:
-        runner = _RUNNERS[key] = _quick_runner_class()(
+        from tvm.s_tir import meta_schedule as ms
+
+        from little_dragon.tvmx.build import without_sanity_check
+
+        runner = _RUNNERS[key] = without_sanity_check(ms.runner.LocalRunner)(
             timeout_sec=cfg.timeout_sec, evaluator_config=cfg.evaluator_config(), alloc_repeat=cfg.alloc_repeat,
             f_run_evaluator=locked_run_evaluator)
     return runner
 
-
-_QUICK_RUNNER = None
-
-
-def _quick_runner_class():
-    global _QUICK_RUNNER
-    if _QUICK_RUNNER is None:
-        from tvm.ir.utils import derived_object
-        from tvm.s_tir import meta_schedule as ms
-
-        @derived_object
-        class QuickLocalRunner(ms.runner.LocalRunner._cls):  # the class behind TVM's derived_object
-            def _sanity_check(self) -> None:  # the first measurement checks the same, for real
-                pass
-
-        _QUICK_RUNNER = QuickLocalRunner
-    return _QUICK_RUNNER
 
 
 def time_module(rt_mod: Any, dev: Any, repeated_args: list[list[Any]], cfg: TimingConfig) -> Latency:
