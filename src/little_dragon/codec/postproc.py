@@ -26,9 +26,10 @@ class DeriveError(Exception):
     """The script before ``post *`` does not apply, or a post-processor rejects the schedule."""
 
 
-def _needs_tensor_intrinsics(pre_json: list) -> bool:
+def needs_tensor_intrinsics(trace_json: list) -> bool:
+    """Does applying (or post-processing) this trace need the registered tensor intrinsics?"""
     return any(inst[0] == "Tensorize" or (inst[0] == "Annotate" and "auto_tensorize" in str(inst[2]))
-               for inst in pre_json[0])
+               for inst in trace_json[0])
 
 
 def _pretty_maps(x: Any) -> Any:
@@ -79,7 +80,7 @@ class PostprocContext:
     def _run(self, pre_json: list) -> list:
         from tvm.s_tir import Schedule, Trace
 
-        if _needs_tensor_intrinsics(pre_json):
+        if needs_tensor_intrinsics(pre_json):
             from little_dragon.tvmx.build import import_tensor_intrinsics
 
             import_tensor_intrinsics()

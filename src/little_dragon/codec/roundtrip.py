@@ -12,6 +12,7 @@ from typing import Any, Iterator
 from little_dragon.codec.apply import apply
 from little_dragon.codec.canonical import first_difference
 from little_dragon.codec.errors import CodecError
+from little_dragon.codec.postproc import needs_tensor_intrinsics
 from little_dragon.codec.script import decode, encode
 
 WORKLOAD_FILE = "database_workload.json"
@@ -31,41 +32,20 @@ class RecordResult:
     text_post: str = ""  # the script with the post-processing re-derived (``post *``); "" without a target
 
 
-def _needs_tensor_intrinsics(trace_json: Any) -> bool:
-    return any(inst[0] == "Tensorize" for inst in trace_json[0])
-
-
 def check_record(trace_json: Any, mod: Any = None, workload: str = "", record: int = 0,
                  structural: bool = True, target: Any = None, context: Any = None) -> RecordResult:
     """Round-trip one trace both ways; ``mod`` (the workload IRModule) enables the structural check, and
     with a ``target`` (dict or JSON text; or a ready ``context``) the ``post *`` form is checked too: it
     decodes (re-deriving the post-processing) to the exact JSON and re-encodes byte-identically."""
     res = RecordResult(workload, record, False, trace_json=trace_json)
-    try:
-        res.text = encode(trace_json)
-    except CodecError as e:
-        res.error = f"encode: {e}"
-        return res
-    try:
-        back = decode(res.text)
-    except CodecError as e:
-        res.error = f"decode: {e}"
-        return res
-    diff = first_difference(trace_json, back)
-    if diff:
-        res.error = f"decode(encode(trace)) differs at {diff}"
-        return res
-    again = encode(back)
-    if again != res.text:
-        line = next(i for i, (a, b) in enumerate(zip(res.text.splitlines() + [""], again.splitlines() + [""]))
-                    if a != b)
-        res.error = f"re-encoding is not byte-identical at line {line + 1}"
+    res.text, res.error = _both_ways(trace_json)
+    if res.error:
         return res
     if structural and mod is not None:
         import tvm
         from tvm.s_tir import Schedule, Trace
 
-        if _needs_tensor_intrinsics(trace_json):
+        if needs_tensor_intrinsics(trace_json):
             from little_dragon.tvmx.build import import_tensor_intrinsics
 
             import_tensor_intrinsics()
@@ -92,21 +72,32 @@ def check_record(trace_json: Any, mod: Any = None, workload: str = "", record: i
 
         context = PostprocContext(mod, target)
     if context is not None:
-        try:
-            res.text_post = encode(trace_json, context)
-            back = decode(res.text_post, context)
-        except CodecError as e:
-            res.error = f"post * form: {e}"
-            return res
-        diff = first_difference(trace_json, back)
-        if diff:
-            res.error = f"post * form: decode(encode(trace)) differs at {diff}"
-            return res
-        if encode(back, context) != res.text_post:
-            res.error = "post * form: re-encoding is not byte-identical"
+        res.text_post, error = _both_ways(trace_json, context)
+        if error:
+            res.error = f"post * form: {error}"
             return res
     res.ok = True
     return res
+
+
+def _both_ways(trace_json: Any, context: Any = None) -> tuple[str, str]:
+    """(script, error): encode, decode back to the exact JSON, re-encode byte-identically; error "" if all hold."""
+    try:
+        text = encode(trace_json, context)
+    except CodecError as e:
+        return "", f"encode: {e}"
+    try:
+        back = decode(text, context)
+    except CodecError as e:
+        return text, f"decode: {e}"
+    diff = first_difference(trace_json, back)
+    if diff:
+        return text, f"decode(encode(trace)) differs at {diff}"
+    again = encode(back, context)
+    if again != text:
+        line = next(i for i, (a, b) in enumerate(zip(text.splitlines() + [""], again.splitlines() + [""])) if a != b)
+        return text, f"re-encoding is not byte-identical at line {line + 1}"
+    return text, ""
 
 
 def read_database(db_dir: str | Path) -> Iterator[tuple[str, Any, list[tuple[int, Any, str]]]]:

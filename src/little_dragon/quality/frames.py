@@ -80,20 +80,14 @@ def harvest_frames(ds: DatasetsConfig) -> dict[str, pd.DataFrame]:
     return {"harvest_records": records, "harvest_workloads": pd.DataFrame(per_wl)}
 
 
-_CONTEXTS: dict[tuple[str, str], Any] = {}
+def _context(row: dict[str, Any]) -> Any:
+    """``post *`` context of an example (None when the row lacks its kernel or target: the re-encoding
+    check then fails for a `post *` script, which is what the column reports)."""
+    from little_dragon.training.validity import postproc_context
 
-
-def _context(tvmscript: Any, target: Any) -> Any:
-    """``post *`` context of an example's workload and target (None when the row lacks them)."""
-    if not isinstance(tvmscript, str) or not tvmscript or not isinstance(target, str) or not target:
+    if not all(isinstance(row.get(k), str) and row[k] for k in ("tvmscript", "target")):
         return None
-    key = (tvmscript, target)
-    if key not in _CONTEXTS:
-        from little_dragon.codec import PostprocContext
-        from little_dragon.workloads.store import module_from_script
-
-        _CONTEXTS[key] = PostprocContext(module_from_script(tvmscript), target)
-    return _CONTEXTS[key]
+    return postproc_context(row)
 
 
 def _roundtrip_ok(text: Any, context: Any = None) -> bool:
@@ -133,8 +127,8 @@ def examples_frames(ds: DatasetsConfig, qc: QualityConfig) -> dict[str, pd.DataF
     training = ex["file_split"].isin(("train", "validation"))
     ex["sealed_leak"] = training & (ex["structural_hash"].astype(str).isin(hashes) | ex["group"].isin(groups))
     ex["split_matches_file"] = ex["split"] == ex["file_split"]
-    tvmscripts = ex["tvmscript"] if "tvmscript" in ex else [None] * len(ex)
-    contexts = [_context(w, g) for w, g in zip(tvmscripts, ex["target"])]
+    cols = [c for c in ("workload_id", "target", "tvmscript") if c in ex]
+    contexts = [_context(r) for r in ex[cols].to_dict("records")]
     ex["codec_roundtrip_ok"] = [_roundtrip_ok(t, c) for t, c in zip(ex["completion"], contexts)]
     ex["start_roundtrip_ok"] = [_roundtrip_ok(s, c) if t == "refinement" else None
                                 for t, s, c in zip(ex["task"], ex["start_script"], contexts)]

@@ -52,22 +52,23 @@ def workload_module(row: dict[str, Any]) -> Any:
     return _module_from_store(str(wid))
 
 
-_CONTEXTS: dict[tuple[int, str], Any] = {}
+_CONTEXTS: dict[tuple[str, str], Any] = {}
 
 
-def postproc_context(mod: Any, row: dict[str, Any]) -> Any:
-    """The ``post *`` context of a row (its workload and target), cached per module and target."""
+def postproc_context(row: dict[str, Any]) -> Any:
+    """The ``post *`` context of a row: its workload's module (``workload_module``) and its target; None
+    for a row without a target.  Cached per workload and target (a context caches its derivations)."""
     from little_dragon.codec import PostprocContext
 
     target = row.get("target")
     if not target:
         return None
     target = target if isinstance(target, str) else json.dumps(target, sort_keys=True)
-    key = (id(mod), target)
+    key = (row.get("tvmscript") or str(row.get("workload_id")), target)
     if key not in _CONTEXTS:
         if len(_CONTEXTS) > 512:
             _CONTEXTS.clear()
-        _CONTEXTS[key] = PostprocContext(mod, target)
+        _CONTEXTS[key] = PostprocContext(workload_module(row), target)
     return _CONTEXTS[key]
 
 
@@ -86,7 +87,7 @@ def check_script(text: str, row: dict[str, Any]) -> Verdict:
         mod = workload_module(row)
     except Exception as e:  # noqa: BLE001 - a missing workload is reported, not a crash of training
         return Verdict(False, False, f"workload {row.get('workload_id')}: {_first_line(e)}")
-    context = postproc_context(mod, row)
+    context = postproc_context(row)
     try:
         insts = codec.decode(text, codec.SyntaxOnlyContext())[0]  # the text alone; `post *` is derived below
     except Exception as e:  # noqa: BLE001 - DecodeError, and anything else garbled text provokes
