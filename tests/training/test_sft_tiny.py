@@ -42,6 +42,10 @@ def test_training_writes_model_and_metrics(trained):
     # the per-attempt validity rate was measured during training and at the end, and learning moved it
     assert len(m["validity_history"]) >= 2
     assert m["validity_rate"] > m["validity_rate_untrained"]
+    # greedy and per-task rates on the same final prompts (temperature 0 here, so the two passes agree)
+    assert m["validity_rate_greedy"] == m["validity_rate"]
+    tasks = {r["task"] for r in trained["rows"][:2]}
+    assert {f"validity_rate_{t}" for t in tasks} <= set(m)
 
 
 def test_mlflow_run_has_params_step_metrics_hashes_and_commit(trained):
@@ -56,6 +60,7 @@ def test_mlflow_run_has_params_step_metrics_hashes_and_commit(trained):
     losses = mlflow.MlflowClient().get_metric_history(run.info.run_id, "loss")
     assert len(losses) >= 4 and losses[-1].value < losses[0].value  # per-step, and it learned
     assert "eval_validity_rate" in run.data.metrics and "eval_loss" in run.data.metrics
+    assert run.data.metrics["validity_rate_greedy"] == trained["metrics"]["validity_rate_greedy"]
 
 
 def test_registered_model_loads_back_and_writes_a_valid_script(trained):

@@ -50,29 +50,41 @@ def sample_scripts(model: Any, tokenizer: Any, prompts: list[str], max_new_token
     return out
 
 
+TASKS = ("construction", "refinement")
+
+
 def validity_rate(model: Any, tokenizer: Any, rows: list[dict[str, Any]], max_new_tokens: int,
-                  temperature: float) -> dict[str, float]:
-    """Per-attempt rates over ``rows`` (one attempt each), split over ranks and summed across them."""
+                  temperature: float, batch_size: int = 16) -> dict[str, float]:
+    """Per-attempt rates over ``rows`` (one attempt each), overall and per task, split over ranks and summed.
+
+    A task without rows in the draw reports no rate for it (absent, not 0)."""
     import torch
 
     rank, world = _dist()
     mine = rows[rank::world]
     t0 = time.perf_counter()
-    scripts = sample_scripts(model, tokenizer, [r["prompt"] for r in mine], max_new_tokens, temperature) if mine else []
+    scripts = sample_scripts(model, tokenizer, [r["prompt"] for r in mine], max_new_tokens, temperature,
+                             batch_size) if mine else []
     verdicts = [check_script(s, r) for s, r in zip(scripts, mine)]
-    counts = torch.tensor([len(verdicts), sum(v.decoded for v in verdicts), sum(v.valid for v in verdicts)],
-                          dtype=torch.float64)
+    per_task = [x for t in TASKS for x in (sum(r.get("task") == t for r in mine),
+                                           sum(v.valid for v, r in zip(verdicts, mine) if r.get("task") == t))]
+    counts = torch.tensor([len(verdicts), sum(v.decoded for v in verdicts), sum(v.valid for v in verdicts),
+                           *per_task], dtype=torch.float64)
     if world > 1:
         import torch.distributed as dist
 
         counts = counts.to(next(model.parameters()).device)
         dist.all_reduce(counts)
         counts = counts.cpu()
-    n, dec, ok = counts.tolist()
+    n, dec, ok, *task_counts = counts.tolist()
     if verdicts and not verdicts[0].valid:
         log.debug("first sampled script invalid: %s", verdicts[0].error)
-    return {"validity_rate": ok / max(n, 1), "decode_rate": dec / max(n, 1), "validity_attempts": n,
-            "validity_seconds": time.perf_counter() - t0}
+    out = {"validity_rate": ok / max(n, 1), "decode_rate": dec / max(n, 1), "validity_attempts": n,
+           "validity_seconds": time.perf_counter() - t0}
+    for i, t in enumerate(TASKS):
+        if task_counts[2 * i]:
+            out[f"validity_rate_{t}"] = task_counts[2 * i + 1] / task_counts[2 * i]
+    return out
 
 
 class MLflowMetricsCallback(TrainerCallback):
@@ -93,19 +105,21 @@ class ValidityCallback(TrainerCallback):
     """At each evaluation, sample scripts for a fixed draw of validation prompts and check them with TVM."""
 
     def __init__(self, val_rows: list[dict[str, Any]], tokenizer: Any, samples: int, max_new_tokens: int,
-                 temperature: float, seed: int, mlflow: Any = None):
+                 temperature: float, seed: int, mlflow: Any = None, batch_size: int = 16):
         rng = random.Random(seed)
         self.rows = rng.sample(val_rows, min(samples, len(val_rows)))  # same prompts at every eval: comparable
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.mlflow = mlflow
+        self.batch_size = batch_size
         self.history: list[dict[str, float]] = []
 
     def on_evaluate(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
         if model is None or not self.rows:
             return
-        rates = validity_rate(model, self.tokenizer, self.rows, self.max_new_tokens, self.temperature)
+        rates = validity_rate(model, self.tokenizer, self.rows, self.max_new_tokens, self.temperature,
+                              self.batch_size)
         entry = {"step": state.global_step, **{f"eval_{k}": v for k, v in rates.items()}}
         self.history.append(entry)
         state.log_history.append(entry)

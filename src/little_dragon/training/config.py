@@ -69,6 +69,10 @@ class SFTConfig:
     validity_max_new_tokens: int = field(768, help="Generation budget per sampled script.")
     validity_temperature: float = field(0.7, help="Sampling temperature of validity generations (0: greedy).")
     final_validity_samples: int = field(64, help="Validation prompts for the validity rate reported at the end.")
+    final_greedy_validity: bool = field(
+        True, help="Also report the final validity of greedy decoding (validity_rate_greedy), on the same prompts: "
+                   "the sampled rate is the per-attempt figure, the greedy one the model's single best guess.")
+    validity_batch_size: int = field(16, help="Prompts generated together in a validity pass (raise it on GPUs).")
     register: bool = field(True, help="Log the model to MLflow and register it as a new version.")
     cpu_threads: int = field(
         1, help="torch threads when training on CPU (0: torch's default). On the shared 2-core machine one thread "

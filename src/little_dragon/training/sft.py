@@ -128,18 +128,21 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
         if mlflow is not None and ds_path is not None:
             mlflow.log_artifact(str(ds_path), artifact_path="deepspeed")
         validity_cb = ValidityCallback(val_rows, tok, cfg.validity_samples, cfg.validity_max_new_tokens,
-                                       cfg.validity_temperature, cfg.seed, mlflow)
+                                       cfg.validity_temperature, cfg.seed, mlflow, cfg.validity_batch_size)
         if torch.cuda.is_available():  # the untrained baseline generates before the trainer places the model
             loaded.model.to(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
         untrained = validity_rate(loaded.model, tok, validity_cb.rows, cfg.validity_max_new_tokens,
-                                  cfg.validity_temperature)
+                                  cfg.validity_temperature, cfg.validity_batch_size)
         trainer = SFTTrainer(model=loaded.model, args=args, train_dataset=sft_data.to_dataset(train_rows),
                              eval_dataset=sft_data.to_dataset(eval_rows), processing_class=tok,
                              callbacks=[MLflowMetricsCallback(mlflow), validity_cb])
         train_out = trainer.train()
         final_eval = trainer.evaluate()  # eval loss + validity on the fixed draw (logged by the callbacks)
         final_rows = sft_data.mix_tasks(val_rows, None, cfg.seed + 1)[: cfg.final_validity_samples]
-        final = validity_rate(trainer.model, tok, final_rows, cfg.validity_max_new_tokens, cfg.validity_temperature)
+        final = validity_rate(trainer.model, tok, final_rows, cfg.validity_max_new_tokens, cfg.validity_temperature,
+                              cfg.validity_batch_size)
+        greedy = validity_rate(trainer.model, tok, final_rows, cfg.validity_max_new_tokens, 0.0,
+                               cfg.validity_batch_size) if cfg.final_greedy_validity else {}
 
         staging = out_dir / ".model.staging"
         if is_main:
@@ -154,6 +157,9 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
             "eval_loss": final_eval.get("eval_loss"),
             "validity_rate": final["validity_rate"], "decode_rate": final["decode_rate"],
             "validity_attempts": final["validity_attempts"],
+            **{k: final[k] for k in ("validity_rate_construction", "validity_rate_refinement") if k in final},
+            **{f"{k}_greedy": greedy[k] for k in ("validity_rate", "decode_rate", "validity_rate_construction",
+                                                  "validity_rate_refinement") if k in greedy},
             "validity_rate_untrained": untrained["validity_rate"],
             "validity_history": validity_cb.history,
             "model_source": loaded.source, "precision": precision, **describe(cfg),
@@ -166,9 +172,9 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
         with atomic.atomic_path(model_dir) as tmp:
             shutil.move(str(staging), str(tmp))
         if mlflow is not None:
-            mlflow.log_metrics({k: float(metrics[k]) for k in (
-                "validity_rate", "decode_rate", "validity_rate_untrained", "tokens_per_s", "train_loss",
-                "train_runtime_s") if metrics[k] is not None})
+            mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and (
+                k.startswith(("validity_rate", "decode_rate")) or k in ("tokens_per_s", "train_loss",
+                                                                          "train_runtime_s"))})
             if final_eval.get("eval_loss") is not None:
                 mlflow.log_metric("final_eval_loss", float(final_eval["eval_loss"]))
             if cfg.register:
@@ -177,8 +183,9 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
                 metrics["registry"] = log_and_register(mlflow, model_dir, model_name)
             metrics["mlflow_run_id"] = mlflow.active_run().info.run_id
         atomic.write_json(out_dir / "metrics.json", metrics)
-        log.info("sft: %d steps, %.0f tokens/s, validity %.3f (untrained %.3f)", metrics["steps"],
-                 metrics["tokens_per_s"], metrics["validity_rate"], metrics["validity_rate_untrained"])
+        log.info("sft: %d steps, %.0f tokens/s, validity %.3f (greedy %s, untrained %.3f)", metrics["steps"],
+                 metrics["tokens_per_s"], metrics["validity_rate"], metrics.get("validity_rate_greedy"),
+                 metrics["validity_rate_untrained"])
         return metrics
 
 
