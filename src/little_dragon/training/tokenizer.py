@@ -10,25 +10,37 @@ import collections
 from pathlib import Path
 from typing import Any, Iterable
 
+# ``words`` pre-split: an identifier (letters, digits, _), a number, a punctuation run, each with at most
+# one leading space, or a run of white space
+WORDS = r" ?[A-Za-z_][A-Za-z_0-9]*| ?[0-9]+| ?[^\sA-Za-z_0-9]+|\s+"
 EOS = "<|endoftext|>"
 PAD = "<|pad|>"
 
 
-def train_bpe_tokenizer(corpus: Iterable[str], vocab_size: int, out_dir: str | Path | None = None) -> Any:
-    """Train a byte-level BPE on ``corpus`` and wrap it as a ``PreTrainedTokenizerFast`` (saved if asked)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def train_bpe_tokenizer(corpus: Iterable[str], vocab_size: int, out_dir: str | Path | None = None,
+                        split: str = "phrases") -> Any:
+    """Train a byte-level BPE on ``corpus`` and wrap it as a ``PreTrainedTokenizerFast`` (saved if asked).
+
+    ``split``: ``phrases`` lets merges cross spaces and punctuation, so frequent script phrases such as
+    'split l0 v0 v1' become single tokens (shortest sequences); ``words`` pre-splits into identifiers
+    (``b1``, ``l19``, ``conv2d_nchw``), numbers, punctuation runs and white space (``WORDS``), so a token
+    never spans two words: every tile factor and loop/block reference is its own piece and a script line is
+    the same few tokens in every script, which a model trained from scratch can copy and count."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
+    if split not in ("phrases", "words"):
+        raise ValueError(f"unknown tokenizer split {split!r}; known: phrases, words")
     tok = Tokenizer(models.BPE())
-    # no GPT-2 pre-split regex: merges may cross spaces and punctuation, so frequent script phrases such as
-    # 'split l0 v0 v1' become single tokens; capped length keeps numbers and names composable rather than
-    # memorised whole lines.  Merges never cross a line end: the prompt ends with '### Script:\n', and a
-    # token spanning that newline and the script's first word would exist in training (prompt+completion
-    # tokenized together) but never at generation, where the prompt is tokenized alone.
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split("\n", behavior="merged_with_previous"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    # capped token length keeps numbers and names composable rather than memorised whole lines.  Merges
+    # never cross a line end: the prompt ends with '### Script:\n', and a token spanning that newline and
+    # the script's first word would exist in training (prompt+completion tokenized together) but never at
+    # generation, where the prompt is tokenized alone.
+    splits = [pre_tokenizers.Split("\n", behavior="merged_with_previous")]
+    if split == "words":
+        splits.append(pre_tokenizers.Split(Regex(WORDS), behavior="isolated"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([*splits, pre_tokenizers.ByteLevel(add_prefix_space=False,
+                                                                                   use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS, PAD], min_frequency=2, max_token_length=24,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
