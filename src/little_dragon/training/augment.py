@@ -17,7 +17,7 @@ from typing import Any
 
 SBLOCK = re.compile(r'T\.sblock\("([A-Za-z_][A-Za-z0-9_]*)"\)')
 # fixed names: the root block, and words of the script language / TVMScript a rename must never produce
-RESERVED = {"root", "main", "T", "I", "A", "B", "C", "global", "shared", "local"}
+RESERVED = {"root", "main", "Module", "T", "I", "global", "shared", "local"}
 STEMS = ("acc", "buf", "out", "tmp", "stage", "red", "prod", "sum", "res", "val", "blk", "op", "mid", "pre",
          "post", "x", "y", "z", "data", "work", "part", "step", "cell", "node", "unit", "tile")
 
