@@ -18,6 +18,7 @@ from typing import Any
 SBLOCK = re.compile(r'T\.sblock\("([A-Za-z_][A-Za-z0-9_]*)"\)')
 # fixed names: the root block, and words of the script language / TVMScript a rename must never produce
 RESERVED = {"root", "main", "Module", "T", "I", "global", "shared", "local"}
+TEXT_KEYS = ("prompt", "completion", "tvmscript", "start_script")  # the row's texts that hold block names
 STEMS = ("acc", "buf", "out", "tmp", "stage", "red", "prod", "sum", "res", "val", "blk", "op", "mid", "pre",
          "post", "x", "y", "z", "data", "work", "part", "step", "cell", "node", "unit", "tile")
 
@@ -71,10 +72,10 @@ def renamed_row(row: dict[str, Any], rng: random.Random) -> dict[str, Any] | Non
     names = block_names(kernel)
     if not names:
         return None
-    taken = "\n".join(str(row.get(k) or "") for k in ("prompt", "completion", "tvmscript", "start_script"))
+    taken = "\n".join(str(row.get(k) or "") for k in TEXT_KEYS)
     mapping = fresh_names(names, taken, rng)
     out = dict(row)
-    for key in ("prompt", "completion", "tvmscript", "start_script"):
+    for key in TEXT_KEYS:
         if out.get(key):
             out[key] = rename(out[key], mapping)
     out["structural_hash"] = None  # block names are part of the structural hash; the kernel's is not this
@@ -83,7 +84,7 @@ def renamed_row(row: dict[str, Any], rng: random.Random) -> dict[str, Any] | Non
 
 
 def with_renamed_copies(rows: list[dict[str, Any]], copies: int, seed: int) -> list[dict[str, Any]]:
-    """``rows`` followed by ``copies`` renamed copies of each (shuffled deterministically)."""
+    """``rows`` and ``copies`` renamed copies of each, shuffled together deterministically."""
     if copies <= 0:
         return list(rows)
     rng = random.Random(seed)

@@ -8,6 +8,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from little_dragon.training.data import TASKS
 from little_dragon.training.validity import check_script
 
 log = logging.getLogger(__name__)
@@ -48,9 +49,6 @@ def sample_scripts(model: Any, tokenizer: Any, prompts: list[str], max_new_token
         tokenizer.padding_side = side
         model.train(was_training)
     return out
-
-
-TASKS = ("construction", "refinement")
 
 
 def validity_rate(model: Any, tokenizer: Any, rows: list[dict[str, Any]], max_new_tokens: int,

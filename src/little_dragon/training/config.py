@@ -33,7 +33,8 @@ class TinyModelConfig:
     max_position_embeddings: int = field(4096, help="Longest sequence the positions cover.")
     tokenizer_split: Literal["phrases", "words"] = field(
         "phrases", help="phrases: BPE merges may cross spaces (shortest sequences, whole script lines become one "
-                        "token); words: GPT-2 word/number pre-split, every number and reference its own token.")
+                        "token); words: pre-split into identifiers, numbers and punctuation (tokenizer.WORDS), every "
+                        "number and reference its own token.")
 
 
 @dataclasses.dataclass(frozen=True)

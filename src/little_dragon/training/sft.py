@@ -143,8 +143,10 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
         final_rows = sft_data.mix_tasks(val_rows, None, cfg.seed + 1)[: cfg.final_validity_samples]
         final = validity_rate(trainer.model, tok, final_rows, cfg.validity_max_new_tokens, cfg.validity_temperature,
                               cfg.validity_batch_size)
-        greedy = validity_rate(trainer.model, tok, final_rows, cfg.validity_max_new_tokens, 0.0,
-                               cfg.validity_batch_size) if cfg.final_greedy_validity else {}
+        greedy: dict[str, Any] = {}
+        if cfg.final_greedy_validity:  # sampling at temperature 0 already was greedy: no second pass
+            greedy = final if cfg.validity_temperature <= 0 else validity_rate(
+                trainer.model, tok, final_rows, cfg.validity_max_new_tokens, 0.0, cfg.validity_batch_size)
 
         staging = out_dir / ".model.staging"
         if is_main:
