@@ -23,9 +23,11 @@ from little_dragon.codec.kinds import (AT_FOLD, BY_KIND, BY_MNEMONIC, CANDIDATES
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 _RV_RE = re.compile(r"([blv])([0-9]+)\Z")
 _RV_KIND = {"b": "block", "l": "loop", "v": "value"}
+
+
+
 # Most outputs one instruction may define (GetLoops of a deep nest has ~10; splits up to ~8).
 MAX_OUTPUTS = 4096
-
 
 def _same(a: Any, b: Any) -> bool:
     return dumps(a) == dumps(b)

@@ -134,6 +134,7 @@ def local_runner(cfg: TimingConfig):
     return runner
 
 
+
 def time_module(rt_mod: Any, dev: Any, repeated_args: list[list[Any]], cfg: TimingConfig) -> Latency:
     """Time the module's entry function with MetaSchedule's evaluator protocol, under the device lock."""
     costs = locked_run_evaluator(rt_mod, dev, cfg.evaluator_config(), repeated_args)
