@@ -286,7 +286,7 @@ def _evaluate(task: dict) -> dict:
 
 def measure_workload_baseline(task: dict) -> dict:
     """Time the workload's baseline (see baseline.py) under the device lock."""
-    from little_dragon.evaluator.baseline import measure_baseline
+    from little_dragon.tvmx.baseline import measure_baseline
 
     try:
         _set_phase("baseline")

@@ -60,7 +60,7 @@ def tune_workload(workload_id: str, tvmscript: str, target: dict[str, Any], harv
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from little_dragon.evaluator.baseline import measure_baseline
+    from little_dragon.tvmx.baseline import measure_baseline
     from little_dragon.harvest.config import HarvestConfig
     from little_dragon.tvmx.build import local_builder
     from little_dragon.tvmx.timing import TimingConfig, local_runner
