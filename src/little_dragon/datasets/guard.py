@@ -65,8 +65,24 @@ def sealed_hashes(sealed_dir: str | os.PathLike) -> set[str]:
     return {str(w["structural_hash"]) for w in read_manifest(sealed_dir)["workloads"]}
 
 
+# Modules allowed to open sealed files: the evaluation stage, the build that writes the set, and the examples
+# quality gate that proves it does not leak.  Everything else (training, RL, generation, notebooks
+# importing the package) is refused by ``read_sealed``.
+ALLOWED_READERS = ("little_dragon.evaluation.", "little_dragon.datasets.", "little_dragon.quality.")
+
+
+def _caller_module(depth: int) -> str:
+    import sys
+
+    return str(sys._getframe(depth + 1).f_globals.get("__name__", "?"))
+
+
 def read_sealed(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Evaluation only: the rows of a sealed JSONL file."""
+    """Evaluation only: the rows of a sealed JSONL file.  Callers outside ``ALLOWED_READERS`` are refused."""
     from little_dragon.datasets.store import read_jsonl_rows
 
+    caller = _caller_module(1)
+    if not caller.startswith(ALLOWED_READERS):
+        raise SealedDataError(f"{path}: refused: module {caller} may not read the sealed evaluation set "
+                              f"(only {', '.join(a.rstrip('.') for a in ALLOWED_READERS)})")
     return read_jsonl_rows(path)

@@ -23,9 +23,15 @@ def _dist() -> tuple[int, int]:
 
 
 def sample_scripts(model: Any, tokenizer: Any, prompts: list[str], max_new_tokens: int, temperature: float,
-                   batch_size: int = 16) -> list[str]:
-    """One sampled completion per prompt (left-padded batches; stops at EOS)."""
+                   batch_size: int = 16, num_return_sequences: int = 1,
+                   logits_processor_factory: Any = None) -> list[str]:
+    """``num_return_sequences`` sampled completions per prompt, prompt-major (left-padded batches, KV cache;
+    stops at EOS).  ``batch_size`` counts sequences, so a batch holds ``batch_size // num_return_sequences``
+    prompts.  ``logits_processor_factory(batch_prompts, num_return_sequences)``, when given, returns a
+    transformers ``LogitsProcessor`` (or list) for that batch: row ``i`` of its ``input_ids`` belongs to
+    ``batch_prompts[i // num_return_sequences]`` (little_dragon.generation uses it for constrained decoding)."""
     import torch
+    from transformers import LogitsProcessorList
 
     was_training = model.training
     model.eval()
@@ -34,17 +40,28 @@ def sample_scripts(model: Any, tokenizer: Any, prompts: list[str], max_new_token
     out: list[str] = []
     try:
         device = next(model.parameters()).device
-        for i in range(0, len(prompts), batch_size):
-            enc = tokenizer(prompts[i:i + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
+        n_seq = max(1, num_return_sequences)
+        # greedy decoding gives one answer per prompt: generate it once and repeat it
+        gen_seq = n_seq if temperature > 0 else 1
+        step = max(1, batch_size // gen_seq)
+        for i in range(0, len(prompts), step):
+            batch = prompts[i:i + step]
+            enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False)
             enc = {k: v.to(device) for k, v in enc.items()}
             kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": tokenizer.pad_token_id,
-                                  "eos_token_id": tokenizer.eos_token_id}
+                                  "eos_token_id": tokenizer.eos_token_id, "num_return_sequences": gen_seq,
+                                  "use_cache": True}
             kw.update({"do_sample": True, "temperature": temperature, "top_k": 0} if temperature > 0
                       else {"do_sample": False})
+            if logits_processor_factory is not None:
+                proc = logits_processor_factory(batch, gen_seq)
+                if proc is not None:
+                    kw["logits_processor"] = LogitsProcessorList(proc if isinstance(proc, (list, tuple)) else [proc])
             with torch.no_grad():
                 gen = model.generate(**enc, **kw)
             new = gen[:, enc["input_ids"].shape[1]:]
-            out.extend(tokenizer.batch_decode(new, skip_special_tokens=True))
+            texts = tokenizer.batch_decode(new, skip_special_tokens=True)
+            out.extend(t for t in texts for _ in range(n_seq // gen_seq))
     finally:
         tokenizer.padding_side = side
         model.train(was_training)
