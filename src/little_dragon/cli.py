@@ -24,6 +24,9 @@ COMMANDS: dict[str, str] = {
     "datasets": "little_dragon.datasets.cli",
     "quality": "little_dragon.quality.cli",
     "train": "little_dragon.training.cli",
+    "eval": "little_dragon.evaluation.cli",
+    "registry": "little_dragon.evaluation.promote_cli",
+    "optimize": "little_dragon.evaluation.optimize_cli",
 }
 
 

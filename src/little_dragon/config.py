@@ -33,6 +33,9 @@ SECTIONS: dict[str, str] = {
     "datasets": "little_dragon.datasets.config:DatasetsConfig",
     "quality": "little_dragon.quality.config:QualityConfig",
     "sft": "little_dragon.training.config:SFTConfig",
+    "generation": "little_dragon.generation.config:GenerationConfig",
+    "evaluation": "little_dragon.evaluation.eval_config:EvaluationConfig",
+    "promotion": "little_dragon.evaluation.eval_config:PromotionConfig",
 }
 
 

@@ -1,0 +1,24 @@
+"""``generation`` section of params.yaml: how attempts are sampled (evaluation, ``dragon optimize``)."""
+from __future__ import annotations
+
+import dataclasses
+
+from little_dragon.config import field
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationConfig:
+    max_new_tokens: int = field(768, help="Longest script generated, in tokens (the SFT validity passes use 768).")
+    temperature: float = field(0.7, help="Sampling temperature of the k attempts (0: greedy, one distinct "
+                                         "attempt repeated k times).")
+    batch_size: int = field(32, help="Sequences per generate() call (prompts x attempts); the KV cache of a "
+                                     "batch is what bounds memory.")
+    constrained: bool = field(False, help="Constrained decoding (generation/constrained.py): only scripts the "
+                                          "codec grammar accepts; needs that module.")
+    dtype: str = field("auto", help="Weights dtype for generation: auto (bfloat16 on a GPU, float32 on CPU), "
+                                    "float32, bfloat16, float16.")
+    device: str = field("auto", help="auto (cuda when available, else cpu), cpu, cuda, cuda:N.")
+    cpu_threads: int = field(0, help="torch threads on CPU (0: leave torch's default).")
+    seed: int = field(0, help="Seed of the sampling RNG (the same seed gives the same attempts).")
+    request_timeout_s: float = field(120.0, help="OpenAI-compatible endpoints: timeout of one chat request.")
+    few_shot: int = field(3, help="OpenAI-compatible endpoints: training examples in the system prompt.")

@@ -1,0 +1,102 @@
+"""k attempts per prompt from any model source, batched with a KV cache, timed (attempts/s).
+
+``open_generator(source, cfg)`` gives a ``Generator``; ``generate_attempts(gen, prompts, k)`` returns the
+scripts (``scripts[i]`` are prompt ``i``'s k attempts) and the wall time.  Local weights generate through
+``training.callbacks.sample_scripts`` (the same sampler as the SFT validity passes); chat endpoints through
+``generation.openai_chat``.
+
+Constrained decoding: with ``generation.constrained: true`` the model's sampler gets the logits processor
+that ``little_dragon.generation.constrained.logits_processor_factory(tokenizer)`` builds (README.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, Callable, Protocol
+
+from little_dragon.generation.config import GenerationConfig
+from little_dragon.generation.sources import ModelSource, load_weights, resolve
+
+log = logging.getLogger(__name__)
+
+# (batch_prompts, attempts_per_prompt) -> a transformers LogitsProcessor (or list, or None)
+LogitsProcessorFactory = Callable[[list[str], int], Any]
+
+
+class Generator(Protocol):
+    source: ModelSource
+
+    def generate(self, prompts: list[str], k: int) -> list[list[str]]: ...
+
+
+@dataclasses.dataclass
+class GenerationResult:
+    scripts: list[list[str]]     # per prompt, its k attempts
+    seconds: float
+    attempts: int
+
+    @property
+    def attempts_per_s(self) -> float:
+        return self.attempts / self.seconds if self.seconds > 0 else 0.0
+
+
+class LocalGenerator:
+    """Weights on this machine (registry version, run folder, HF folder)."""
+
+    def __init__(self, source: ModelSource, cfg: GenerationConfig,
+                 logits_processor_factory: LogitsProcessorFactory | None = None,
+                 model: Any = None, tokenizer: Any = None):
+        import torch
+
+        if cfg.cpu_threads:
+            torch.set_num_threads(cfg.cpu_threads)
+        self.source, self.cfg = source, cfg
+        if model is None:
+            model, tokenizer = load_weights(source, cfg.device, cfg.dtype)
+        self.model, self.tokenizer = model, tokenizer
+        if logits_processor_factory is None and cfg.constrained:
+            try:
+                from little_dragon.generation import constrained
+            except ImportError as e:
+                raise RuntimeError("generation.constrained is true but little_dragon.generation.constrained "
+                                   f"is not available: {e}") from None
+            logits_processor_factory = constrained.logits_processor_factory(tokenizer)
+        self.logits_processor_factory = logits_processor_factory
+
+    def generate(self, prompts: list[str], k: int) -> list[list[str]]:
+        from little_dragon.training.callbacks import sample_scripts
+
+        flat = sample_scripts(self.model, self.tokenizer, prompts, self.cfg.max_new_tokens, self.cfg.temperature,
+                              batch_size=self.cfg.batch_size, num_return_sequences=k,
+                              logits_processor_factory=self.logits_processor_factory)
+        return [flat[i * k:(i + 1) * k] for i in range(len(prompts))]
+
+
+def open_generator(spec: str | ModelSource, cfg: GenerationConfig | None = None,
+                   logits_processor_factory: LogitsProcessorFactory | None = None) -> Generator:
+    cfg = cfg or GenerationConfig()
+    src = spec if isinstance(spec, ModelSource) else resolve(spec)
+    if src.kind == "openai":
+        from little_dragon.generation.openai_chat import ChatGenerator
+
+        return ChatGenerator(src, cfg)
+    return LocalGenerator(src, cfg, logits_processor_factory)
+
+
+def generate_attempts(gen: Generator, prompts: list[str], k: int, seed: int = 0,
+                      chunk: int | None = None) -> GenerationResult:
+    """``k`` attempts for each prompt; progress is logged per chunk of prompts."""
+    import torch
+
+    torch.manual_seed(seed)
+    chunk = chunk or max(1, getattr(getattr(gen, "cfg", None), "batch_size", 32) // max(k, 1)) * 4
+    t0 = time.perf_counter()
+    scripts: list[list[str]] = []
+    for i in range(0, len(prompts), chunk):
+        scripts.extend(gen.generate(prompts[i:i + chunk], k))
+        done = len(scripts)
+        dt = time.perf_counter() - t0
+        log.info("generated %d/%d prompts x %d attempts (%.1f attempts/s)", done, len(prompts), k,
+                 done * k / dt if dt > 0 else 0.0)
+    return GenerationResult(scripts, time.perf_counter() - t0, len(prompts) * k)
