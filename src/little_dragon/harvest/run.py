@@ -146,7 +146,12 @@ def _run_prefect(jobs: list[dict[str, Any]], work: Callable[[dict[str, Any]], di
         for f in futures:
             f.wait()
 
-    fanout()
+    # the configured Prefect server, or a temporary one that is stopped even if this process is killed
+    # (Prefect's own temporary server outlived a SIGTERMed harvest)
+    from little_dragon.prefect_api import prefect_api
+
+    with prefect_api():
+        fanout()
 
 
 def run_harvest(cfg: HarvestConfig, timing: TimingConfig, workloads: pd.DataFrame,
