@@ -47,7 +47,7 @@ def make_data(folder: Path, per_workload: int, train: str | None = None, val: st
 def run_variant(folder: Path, name: str, steps: int, extra: dict | None = None) -> dict:
     overrides = {**VARIANTS[name], "max_steps": steps, "eval_steps": 10_000, "logging_steps": 1,
                  "validity_samples": 0, "final_validity_samples": 0, "register": False, "max_eval_rows": 4,
-                 "construction_fraction": None, **(extra or {})}
+                 "construction_fraction": None, "rename_copies": 0, **(extra or {})}
     code = (
         "import json,sys\n"
         "from little_dragon.config import from_dict\n"

@@ -43,3 +43,41 @@ def test_every_subcommand_has_help(command):
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "usage: dragon" in out.stdout
+
+
+def test_set_override_changes_one_nested_field_and_keeps_its_siblings():
+    """`--set target.kind=cuda` used to replace the whole harvest target (num-cores was lost)."""
+    from little_dragon.config import parse_overrides
+
+    base = load_section("harvest")
+    cfg = load_section("harvest", overrides=["target.kind=cuda", "builder_workers=16"])
+    assert cfg.target == {**base.target, "kind": "cuda"} and "num-cores" in cfg.target
+    assert cfg.builder_workers == 16 and cfg.trials_per_workload == base.trials_per_workload
+    sft = load_section("sft", overrides=parse_overrides(["model.kind=gguf", "tiny.hidden_size=64"]))
+    assert sft.model.kind == "gguf" and sft.model.extend_tokenizer == load_section("sft").model.extend_tokenizer
+    assert sft.tiny.hidden_size == 64 and sft.tiny.num_layers == load_section("sft").tiny.num_layers
+    assert parse_overrides(["a.b=1", "a.c=[1, 2]", "d=text"]) == {"a": {"b": 1, "c": [1, 2]}, "d": "text"}
+
+
+@pytest.mark.parametrize("bad", ["novalue", "=1", "a..b=1"])
+def test_malformed_set_is_a_config_error(bad):
+    from little_dragon.config import parse_overrides
+
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_overrides([bad])
+
+
+def test_set_on_an_unknown_nested_key_names_it():
+    with pytest.raises(ConfigError, match="trgt"):
+        load_section("harvest", overrides=["trgt.kind=cuda"])
+    with pytest.raises(ConfigError, match="knd"):
+        load_section("sft", overrides=["model.knd=gguf"])
+
+
+def test_every_stage_cli_takes_the_shared_set_option():
+    """Every stage subcommand accepts `--set` (the one helper, config.add_set_option)."""
+    parser = cli.build_parser()
+    for argv in (["workloads"], ["harvest"], ["datasets", "build"], ["quality", "check", "--suite", "harvest"],
+                 ["train", "sft"], ["codec", "validate", "--harvest", "h", "--out", "o"]):
+        args = parser.parse_args([*argv, "--set", "x.y=1"])
+        assert args.set == ["x.y=1"], argv

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import logging
 import os
 import sys
+
+# re-exported: older callers import these from here; stage packages import them from their own layer
+from little_dragon.config import parse_overrides  # noqa: F401
+from little_dragon.errors import UserError
 
 # subcommand -> module that defines add_parser(subparsers) and main(args)
 COMMANDS: dict[str, str] = {
@@ -28,31 +31,6 @@ COMMANDS: dict[str, str] = {
     "registry": "little_dragon.evaluation.promote_cli",
     "optimize": "little_dragon.evaluation.optimize_cli",
 }
-
-
-class UserError(Exception):
-    """An error caused by input the user controls; printed as one line, exit status 2."""
-
-
-def parse_overrides(items: list[str]) -> dict:
-    """``--set KEY=VALUE`` items (VALUE as JSON when it parses, else a string; ``a.b=`` nests) as a dict."""
-    out: dict = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UserError(f"--set {item!r}: expected KEY=VALUE")
-        try:
-            parsed = json.loads(value)
-        except json.JSONDecodeError:
-            parsed = value
-        node = out
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise UserError(f"--set {item!r}: {part} is not a section")
-        node[leaf] = parsed
-    return out
 
 
 def build_parser() -> argparse.ArgumentParser:

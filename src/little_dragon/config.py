@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import os
 import types
 import typing
@@ -55,10 +56,7 @@ def field(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any
 
 @dataclasses.dataclass(frozen=True)
 class ProjectConfig:
-    name: str = field("little-dragon", help="Project name; also the MLflow experiment prefix.")
     model_name: str = field("little-dragon", help="Name of the model in the MLflow Model Registry.")
-    artifacts_dir: str = field("artifacts", help="Where pipeline stages write their outputs (DVC outs).")
-    seed: int = field(0, help="Global seed; stages derive their own seeds from it.")
 
 
 def params_path() -> Path:
@@ -147,15 +145,74 @@ def section_class(name: str) -> type:
 
 
 def load_section(name: str, cls: type[T] | None = None, path: str | os.PathLike | None = None,
-                 overrides: dict[str, Any] | None = None) -> T:
-    """Read section ``name`` of params.yaml as its dataclass (missing keys take the dataclass defaults)."""
+def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overrides`` laid over it key by key: nested mappings merge, anything else replaces.
+
+    ``deep_merge({"target": {"kind": "llvm", "num-cores": 2}}, {"target": {"kind": "cuda"}})`` keeps
+    ``num-cores``; the inputs are not modified."""
+    out = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, Any]:
+    """``--set KEY=VALUE`` items as a nested dict (VALUE as JSON when it parses, else a string).
+
+    A dotted key nests: ``model.kind=gguf`` -> ``{"model": {"kind": "gguf"}}``; ``load_section`` deep-merges
+    the result over the params.yaml section, so it changes that one field and keeps its siblings."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key or "" in key.split("."):
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE (KEY may be dotted: a.b=1)")
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: {part} was already set to a value, not a section")
+        if isinstance(node.get(leaf), dict) and isinstance(parsed, dict):
+            node[leaf] = deep_merge(node[leaf], parsed)
+        else:
+            node[leaf] = parsed
+    return out
+
+
+def add_set_option(parser: Any, section: str) -> None:
+    """The shared ``--set KEY=VALUE`` option of every stage CLI (read it with ``load_section(..., args.set)``)."""
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="set",
+                        help=f"override a field of params.yaml section `{section}` (VALUE parsed as JSON when it "
+                             f"parses; dotted keys change one nested field: --set a.b=1); repeatable")
+
+
+                 overrides: dict[str, Any] | list[str] | None = None) -> T:
+    """Read section ``name`` of params.yaml as its dataclass (missing keys take the dataclass defaults).
+
+    ``overrides`` (a dict, or the raw ``--set`` items) are deep-merged over the section first."""
     cls = cls or section_class(name)
-    raw = dict(read_params(path).get(name) or {})
-    raw.update(overrides or {})
+    if isinstance(overrides, list):
+        overrides = parse_overrides(overrides)
+    raw = deep_merge(dict(read_params(path).get(name) or {}), overrides or {})
     return from_dict(cls, raw, f"{path or params_path()}:{name}")
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
+def default_of(section: str, key: str) -> Any:
+    """A field's value in params.yaml (its dataclass default where params.yaml leaves it out).
+
+    CLIs take their default paths from here, so a path is written once (params.yaml), not repeated as a
+    literal in an ``argparse`` default."""
+    return getattr(load_section(section), key)
+
+
     return dataclasses.asdict(cfg)
 
 

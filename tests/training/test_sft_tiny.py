@@ -24,7 +24,7 @@ def trained(tmp_path_factory, standin_rows, jsonl, mlflow_store):
     val = jsonl(d / "validation.jsonl", rows[:2])
     cfg = from_dict(SFTConfig, {
         "tiny": {"vocab_size": 384, "hidden_size": 64, "num_layers": 2, "num_heads": 2, "intermediate_size": 128},
-        "construction_fraction": None, "max_steps": 160, "batch_size": 4, "learning_rate": 5e-3,
+        "construction_fraction": None, "rename_copies": 0, "max_steps": 160, "batch_size": 4, "learning_rate": 5e-3,
         "logging_steps": 5, "eval_steps": 80, "validity_samples": 2, "final_validity_samples": 2,
         "validity_max_new_tokens": 400, "validity_temperature": 0.0, "deepspeed": "off", "max_length": 1024,
     }, "test")

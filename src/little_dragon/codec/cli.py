@@ -6,9 +6,6 @@ import json
 import sys
 from pathlib import Path
 
-DEFAULT_WORKLOADS = "artifacts/workloads/workloads.parquet"
-
-
 def add_parser(sub) -> None:
     p = sub.add_parser("codec", help="the trace codec: scripts <-> MetaSchedule trace JSON")
     csub = p.add_subparsers(dest="codec_command", required=True, metavar="ACTION")
@@ -17,13 +14,13 @@ def add_parser(sub) -> None:
     e.add_argument("--trace", required=True, help="JSON file holding [insts, decisions] ('-' = stdin)")
     e.add_argument("--workload", help="with --target: write `post *` when the post-processors re-derive the "
                                       "post-processing exactly (workload id or TVMScript file)")
-    e.add_argument("--workloads", default=DEFAULT_WORKLOADS, help="workloads.parquet holding the workload ids")
+    e.add_argument("--workloads", help="workloads.parquet holding the workload ids (default: the store under params workloads.out_dir)")
     e.add_argument("--target", help="target dict (JSON) or llvm / cuda, for `post *`")
 
     d = csub.add_parser("decode", help="print the trace JSON of a script; with --workload, also apply it")
     d.add_argument("script", help="script file ('-' = stdin)")
     d.add_argument("--workload", help="workload id (from --workloads) or a TVMScript file to apply the script to")
-    d.add_argument("--workloads", default=DEFAULT_WORKLOADS, help="workloads.parquet holding the workload ids")
+    d.add_argument("--workloads", help="workloads.parquet holding the workload ids (default: the store under params workloads.out_dir)")
     d.add_argument("--target", help="target dict (JSON) or llvm / cuda: needed by a `post *` line (with --workload)")
 
     r = csub.add_parser("roundtrip", help="round-trip every record of a MetaSchedule JSON database dir")
@@ -34,6 +31,9 @@ def add_parser(sub) -> None:
     v = csub.add_parser("validate", help="DVC stage validate_codec: round-trip whole harvests, write a report")
     v.add_argument("--harvest", nargs="+", required=True, help="harvest dirs (each with db/<workload_id>/) or roots of them")
     v.add_argument("--out", required=True, help="report folder (metrics.json, summary.md)")
+    from little_dragon.config import add_set_option
+
+    add_set_option(v, "codec")
 
     k = csub.add_parser("kinds", help="table of TVM instruction kinds and their mnemonics (markdown)")
     k.add_argument("--grammar", action="store_true", help="print the Lark grammar instead")
@@ -41,7 +41,7 @@ def add_parser(sub) -> None:
 
 
 def _read(path: str) -> str:
-    from little_dragon.cli import UserError
+    from little_dragon.errors import UserError
 
     if path == "-":
         return sys.stdin.read()
@@ -51,9 +51,9 @@ def _read(path: str) -> str:
     return p.read_text()
 
 
-def load_workload(spec: str, workloads_path: str):
+def load_workload(spec: str, workloads_path: str | None):
     """An IRModule from a TVMScript file path or a workload id in workloads.parquet."""
-    from little_dragon.cli import UserError
+    from little_dragon.errors import UserError
 
     p = Path(spec)
     if p.is_file():
@@ -65,8 +65,11 @@ def load_workload(spec: str, workloads_path: str):
 
             return tvm.script.from_source(text)
         return module_from_script(text)
+    from little_dragon.config import load_section
+    from little_dragon.workloads.generate import PARQUET
     from little_dragon.workloads.store import load_workloads, module_from_script
 
+    workloads_path = workloads_path or str(Path(load_section("workloads").out_dir) / PARQUET)
     df = load_workloads(workloads_path)
     rows = df[df["workload_id"] == spec]
     if rows.empty:
@@ -76,7 +79,7 @@ def load_workload(spec: str, workloads_path: str):
 
 def _context(args: argparse.Namespace):
     """The ``post *`` context of --workload and --target (None without --target)."""
-    from little_dragon.cli import UserError
+    from little_dragon.errors import UserError
 
     if not getattr(args, "target", None):
         return None, (load_workload(args.workload, args.workloads) if args.workload else None)
@@ -94,7 +97,7 @@ def _context(args: argparse.Namespace):
 
 
 def main(args: argparse.Namespace) -> int:
-    from little_dragon.cli import UserError
+    from little_dragon.errors import UserError
     from little_dragon.codec import CodecError, encode
     from little_dragon.codec.script import decode_with_lines
 
@@ -155,7 +158,7 @@ def main(args: argparse.Namespace) -> int:
         from little_dragon.codec.validate import validate_codec
         from little_dragon.config import load_section
 
-        cfg = load_section("codec")
+        cfg = load_section("codec", overrides=args.set)
         try:
             bad = validate_codec([Path(h) for h in args.harvest], Path(args.out), cfg)
         except FileNotFoundError as e:

@@ -41,12 +41,12 @@ class DatasetsConfig:
     tasks: list[str] = field(default_factory=lambda: ["construction", "refinement"],
                              help="Which tasks to build.")
     construction_per_workload: int = field(
-        3, help="Construction examples per workload and target: the best valid trace, plus distinct traces "
+        8, help="Construction examples per workload and target: the best valid trace, plus distinct traces "
                 "within construction_margin of it, up to this many.")
     construction_margin: float = field(
-        0.05, help="Extra construction completions must be at most this much slower than the best (0.05: 5%).")
+        0.25, help="Extra construction completions must be at most this much slower than the best (0.25: 25%).")
     refinement_per_workload: int = field(
-        6, help="Refinement pairs per workload and target (starting scripts spread over the latency range).")
+        24, help="Refinement pairs per workload and target (starting scripts spread over the latency range).")
     refinement_min_speedup: float = field(
         1.10, help="A refinement completion is at least this many times faster than its starting script.")
     refinement_start_quantiles: list[float] = field(

@@ -18,7 +18,7 @@ class HarvestConfig:
     trials_per_iter: int = field(16, help="Candidates built and measured per search iteration (one search + one build batch per iteration: fewer, larger iterations cost less overhead).")
     builder_workers: int = field(2, help="Parallel build processes (MetaSchedule LocalBuilder).")
     build_timeout_sec: float = field(30.0, help="Build timeout per candidate, seconds.")
-    workload_timeout_sec: float = field(600.0, help="A workload's whole tuning run is killed after this.")
+    workload_timeout_sec: float = field(300.0, help="A workload's whole tuning run is killed after this.")
     cost_model: Literal["xgb", "random"] = field("xgb", help="MetaSchedule cost model.")
     strategy: Literal["evolutionary", "replay-trace"] = field("evolutionary", help="MetaSchedule search strategy.")
     max_workloads: int = field(0, help="Tune at most this many workloads (0: all), in store order.")

@@ -1,6 +1,7 @@
-"""The harvest pipeline stage: config + MLflow run + metrics/plot around ``run_harvest``.
+"""The harvest pipeline stage: the MLflow run + metrics/plot around ``run_harvest``.
 
-``dragon harvest`` (DVC) and the Prefect flows call this same function."""
+``dragon harvest`` (DVC) and the Prefect flow call this same function; it owns the stage's MLflow run
+(the rule for every stage, docs/stages.md)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,21 +10,23 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from little_dragon.harvest.config import HarvestConfig
+from little_dragon.tvmx.timing import TimingConfig
+
 log = logging.getLogger(__name__)
 
 
-def harvest_stage(workloads_path: str | Path = "artifacts/workloads/workloads.parquet",
-                  out_root: str | Path | None = None, overrides: dict[str, Any] | None = None,
-                  metrics_path: str | Path | None = None, plot_path: str | Path | None = None) -> dict[str, Any]:
+def harvest_stage(cfg: HarvestConfig, timing: TimingConfig, workloads_path: str | Path,
+                  out_root: str | Path | None = None, metrics_path: str | Path | None = None,
+                  plot_path: str | Path | None = None) -> dict[str, Any]:
+    """Tune every selected workload of the store at ``workloads_path`` (resumable); return the counts."""
     import pandas as pd
 
     from little_dragon import atomic, tracking
-    from little_dragon.config import flat_params, load_section
+    from little_dragon.config import flat_params
     from little_dragon.harvest.run import run_harvest
     from little_dragon.harvest.summary import harvest_metrics, plot_speedups
 
-    cfg = load_section("harvest", overrides=overrides)
-    timing = load_section("timing")
     wl_path = Path(workloads_path)
     if not wl_path.exists():
         raise FileNotFoundError(f"{wl_path}: workload store not found (run `dragon workloads` first)")

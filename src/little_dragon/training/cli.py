@@ -1,4 +1,4 @@
-"""``dragon train sft``: the SFT stage from the command line (DVC runs this)."""
+"""``dragon train sft``: the SFT stage from the command line (DVC runs this; ``train_sft`` does the work)."""
 from __future__ import annotations
 
 import argparse
@@ -7,32 +7,57 @@ import os
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train the model (sft)")
+    from little_dragon.config import add_set_option
+
+    p = sub.add_parser("train", help="train the model (sft, rl)")
     stages = p.add_subparsers(dest="train_stage", required=True, metavar="STAGE")
     s = stages.add_parser("sft", help="supervised fine-tuning on the construction + refinement sets")
-    s.add_argument("--train", default="artifacts/datasets/train.jsonl", help="training set (prompt/completion JSONL)")
-    s.add_argument("--val", default="artifacts/datasets/validation.jsonl", help="validation set (JSONL)")
-    s.add_argument("--out", default="artifacts/sft", help="output folder: model/ and metrics.json")
-    s.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
-                   help="override a field of the sft section, e.g. --set max_steps=10 --set model.kind=gguf")
+    s.add_argument("--train", help="training set, prompt/completion JSONL (default: <params datasets.out_dir>/train.jsonl)")
+    s.add_argument("--val", help="validation set, JSONL (default: <params datasets.out_dir>/validation.jsonl)")
+    s.add_argument("--out", help="output folder: model/ and metrics.json (default: params sft.out_dir)")
+    add_set_option(s, "sft")  # e.g. --set max_steps=10 --set model.kind=gguf
     s.set_defaults(func=main)
+    r = stages.add_parser("rl", help="GRPO on the evaluator's measured reward, from the SFT model")
+    r.add_argument("--train", help="prompt pool, the training set JSONL (default: <params datasets.out_dir>/train.jsonl)")
+    r.add_argument("--model", default="artifacts/sft/model",
+                   help="start model: a model dir (the sft stage's model/) or models:/NAME/VERSION")
+    r.add_argument("--out", default="artifacts/rl", help="output folder: model/, screen.json, metrics.json, checkpoints/")
+    r.add_argument("--plot", help="probe curves PNG (ten-rollout mean utility and correctness per step)")
+    r.add_argument("--curves", help="probe curves as JSON rows (DVC plots)")
+    add_set_option(r, "rl")  # e.g. --set max_steps=20 --set target='{"kind": "cuda", "arch": "sm_90"}'
+    r.set_defaults(func=main_rl)
+
+
+def main_rl(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from little_dragon.config import load_section
+    from little_dragon.training.rl import train_rl
+
+    cfg = load_section("rl", overrides=args.set)
+    train = args.train or str(Path(load_section("datasets").out_dir) / "train.jsonl")
+    if not os.path.exists(train):
+        raise FileNotFoundError(f"{train}: RL prompt pool not found (run the dataset stage first)")
+    metrics = train_rl(cfg, train, args.model, args.out, plot_png=args.plot, plot_json=args.curves)
+    print(json.dumps({k: metrics.get(k) for k in ("steps", "probe_utility_start", "probe_utility_end",
+                                                  "probe_correctness_start", "probe_correctness_end",
+                                                  "reward_share", "registry")}, default=str))
+    return 0
 
 
 def main(args: argparse.Namespace) -> int:
-    from little_dragon.config import load_section, read_params
+    from pathlib import Path
+
+    from little_dragon.config import load_section
     from little_dragon.training.sft import train_sft
 
-    from little_dragon.cli import parse_overrides
-
-    overrides = parse_overrides(args.set)
-    raw = dict(read_params().get("sft") or {})
-    for k, v in overrides.items():  # nested sections merge key by key
-        raw[k] = {**raw.get(k, {}), **v} if isinstance(v, dict) and isinstance(raw.get(k), dict) else v
-    cfg = load_section("sft", overrides=raw)
-    for p in (args.train, args.val):
+    cfg = load_section("sft", overrides=args.set)
+    data_dir = Path(load_section("datasets").out_dir)
+    train, val = args.train or str(data_dir / "train.jsonl"), args.val or str(data_dir / "validation.jsonl")
+    for p in (train, val):
         if not os.path.exists(p):
             raise FileNotFoundError(f"{p}: SFT input not found (run the dataset stage first)")
-    metrics = train_sft(cfg, args.train, args.val, args.out)
+    metrics = train_sft(cfg, train, val, args.out or cfg.out_dir)
     print(json.dumps({k: metrics.get(k) for k in ("steps", "tokens_per_s", "eval_loss", "validity_rate",
                                                   "validity_rate_untrained", "registry")}, default=str))
     return 0

@@ -42,10 +42,10 @@ class SFTConfig:
     model: ModelSpec = field(default_factory=ModelSpec, help="The model switch (kind and path).")
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig, help="Shape of the tiny model (kind: tiny).")
     construction_fraction: float | None = field(
-        0.5, help="Share of construction rows in the training mix (the rest refinement); null keeps the set as is.")
+        None, help="Share of construction rows in the training mix (the rest refinement); null keeps the set as is.")
     max_train_rows: int | None = field(None, help="Cap on training rows after mixing (null: all).")
     rename_copies: int = field(
-        0, help="Add this many copies of each training row with fresh block names (training.augment): the same "
+        2, help="Add this many copies of each training row with fresh block names (training.augment): the same "
                 "kernel and script, renamed consistently, so a model trained from scratch must copy names from "
                 "the prompt instead of memorising each workload's script.")
     max_eval_rows: int | None = field(64, help="Validation rows used for the eval loss (null: all).")
@@ -55,10 +55,10 @@ class SFTConfig:
                           "packing: TRL best-fit packing (needs flash attention on GPU). Bucketing measured fastest "
                           "on CPU (results/sft-cpu.md: 2120-2330 real tokens/s vs 1440-1960 padding, 460 packing).")
     epochs: float = field(3.0, help="Passes over the training mix (ignored when max_steps > 0).")
-    max_steps: int = field(-1, help="Optimizer steps (> 0 overrides epochs).")
+    max_steps: int = field(2400, help="Optimizer steps (> 0 overrides epochs).")
     batch_size: int = field(8, help="Rows per device per micro-batch.")
     grad_accum: int = field(1, help="Micro-batches per optimizer step.")
-    learning_rate: float = field(1e-3, help="Peak learning rate (1e-3 suits the tiny model; use ~5e-5 for SmolLM2).")
+    learning_rate: float = field(2e-3, help="Peak learning rate (2e-3 suits the tiny model; use ~5e-5 for SmolLM2).")
     warmup_ratio: float = field(0.05, help="Share of steps spent warming up the learning rate.")
     weight_decay: float = field(0.0, help="AdamW weight decay.")
     lr_scheduler: str = field("cosine", help="Transformers learning-rate schedule name.")
@@ -71,8 +71,8 @@ class SFTConfig:
     deepspeed_config: str = field(
         "", help="DeepSpeed JSON; empty picks configs/deepspeed/zero2.json (tiny, gguf) or zero3.json (local).")
     logging_steps: int = field(5, help="Log loss and learning rate every this many steps.")
-    eval_steps: int = field(50, help="Eval loss and validity every this many steps (and at the end).")
-    validity_samples: int = field(16, help="Validation prompts sampled for the validity rate at each eval.")
+    eval_steps: int = field(800, help="Eval loss and validity every this many steps (and at the end).")
+    validity_samples: int = field(24, help="Validation prompts sampled for the validity rate at each eval.")
     validity_max_new_tokens: int = field(768, help="Generation budget per sampled script.")
     validity_temperature: float = field(0.7, help="Sampling temperature of validity generations (0: greedy).")
     final_validity_samples: int = field(64, help="Validation prompts for the validity rate reported at the end.")
@@ -85,3 +85,4 @@ class SFTConfig:
         1, help="torch threads when training on CPU (0: torch's default). On the shared 2-core machine one thread "
                 "ran a tiny-model step 6x faster than two under load (0.42 vs 2.6 s).")
     seed: int = field(0, help="Seed of mixing, initialisation, training and sampling.")
+    out_dir: str = field("artifacts/sft", help="Stage output: <out_dir>/model/ and <out_dir>/metrics.json.")

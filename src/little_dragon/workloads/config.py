@@ -23,7 +23,8 @@ class WorkloadsConfig:
     samples_per_family: int | None = field(
         None, help="Sampled-range specs per family and dtype (null: the profile's number; 0 in default).")
     graph_models: list[str] | None = field(
-        None, help="Model graphs to extract fused tuning tasks from (null: the profile's list). "
+        default_factory=list, help="Model graphs to extract fused tuning tasks from (null: the profile's list). "
                    "Known: gpt2-tiny, llama-tiny, bert-tiny, resnet-block.")
     graph_max_tasks: int = field(0, help="At most this many non-trivial tasks per model graph (0: all).")
     max_workloads: int = field(0, help="Cap on the number of distinct workloads written (0: no cap).")
+    out_dir: str = field("artifacts/workloads", help="The store: <out_dir>/workloads.parquet (+ summary).")
