@@ -42,7 +42,7 @@ def sample_scripts(mod, target, n: int, seed: int) -> list[str]:
     from tvm.s_tir import meta_schedule as ms
 
     from little_dragon.codec import canonical_json
-    from little_dragon.evaluator.postproc import light_tune_context
+    from little_dragon.tvmx.postprocs import light_tune_context
     from little_dragon.evaluator.script import encode_script
 
     kind = "llvm" if target["kind"] == "llvm" else "cuda"

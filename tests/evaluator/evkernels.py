@@ -38,7 +38,7 @@ def design_space_scripts(mod, target=LLVM, seed: int = 1) -> list[str]:
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from little_dragon.evaluator.postproc import light_tune_context
+    from little_dragon.tvmx.postprocs import light_tune_context
 
     kind = "llvm" if target["kind"] == "llvm" else "cuda"
     sg = ms.space_generator.PostOrderApply(sch_rules=kind, postprocs=kind, mutator_probs=kind)

@@ -94,15 +94,24 @@ def test_cuda_verifier_rejects_oversized_blocks(eval_cfg, timing_cfg, tmp_path):
         sch.bind(bx, "blockIdx.x")
         sch.bind(tx, "threadIdx.x")
 
+    def bound_512(sch):  # a real (if plain) schedule: 32 blocks of 512 threads (1024 threads would be exactly
+        i, j, _ = sch.get_loops(sch.get_sblock("C"))  # what RewriteUnboundBlock does to an empty script: no_op)
+        bx, tx = sch.split(sch.fuse(i, j), [32, 512])
+        sch.bind(bx, "blockIdx.x")
+        sch.bind(tx, "threadIdx.x")
+
     cfg = dataclasses.replace(eval_cfg, pool_size=1, cache_path=str(tmp_path / "cuda.sqlite"))
     with Evaluator(CUDA_H200, cfg, timing_cfg) as ev:
-        verify, build = ev.evaluate_batch([EvalRequest(mod, schedule(mod, too_many_threads)),
-                                           EvalRequest(mod, schedule(mod, lambda sch: None))])
+        verify, build, empty = ev.evaluate_batch([EvalRequest(mod, schedule(mod, too_many_threads)),
+                                                  EvalRequest(mod, schedule(mod, bound_512)),
+                                                  EvalRequest(mod, schedule(mod, lambda sch: None))])
     assert verify.category == "verify_error" and "VerifyGPUCode" in verify.message, verify.message
-    # MetaSchedule's RewriteUnboundBlock binds an unscheduled kernel, so it verifies and builds; it then
-    # runs on the GPU, or (on a machine without one) fails at the device, never earlier
-    assert build.phase_s.get("build", 0) > 0 or build.category == "correct"
+    # a bound schedule verifies and builds; it then runs on the GPU, or (on a machine without one) fails at
+    # the device, never earlier
+    assert build.phase_s.get("build", 0) > 0, build.message
     assert build.category == ("correct" if ev.device != "cuda:absent" else "runtime_error"), build.message
+    # the post-processors would bind an unscheduled kernel by themselves: an empty script is still a no-op
+    assert empty.category == "no_op" and empty.reward == cfg.reward.penalties["no_op"], empty.message
 
 
 def test_hanging_and_crashing_evaluations_are_contained(evaluator, mm256, tuned_scripts):

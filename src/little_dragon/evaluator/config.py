@@ -19,7 +19,16 @@ class RewardConfig:
     speedup_log_scale: float = field(1.3863, help="log-speedup that gives tanh(1)=0.76 of the bonus (ln 4).")
     penalties: dict[str, float] = field(default_factory=lambda: {
         "decode_error": -1.0, "apply_error": -0.8, "wrong_result": -0.8, "verify_error": -0.6,
-        "build_error": -0.6, "runtime_error": -0.5, "timeout": -0.5}, help="Reward of each failure category.")
+        "build_error": -0.6, "runtime_error": -0.5, "timeout": -0.5, "no_op": -0.3},
+        help="Reward of each failure category (no_op, a script that schedules nothing, is the mildest: it "
+             "breaks nothing, but must never pay like a kernel).")
+    copy_reward: float = field(0.0, help="Reward of a refinement that returns the given script's kernel: "
+                                        "correct, but below every correct kernel that changed something "
+                                        "(> correct_base - speedup_weight) and above every failure.")
+    noise_floor: dict[str, float] = field(default_factory=lambda: {"llvm": 0.15, "cuda": 0.02},
+                                          help="Timing noise floor by target kind, in |log speedup|: gains "
+                                               "within it earn no bonus (measured spread: H200 ~0.0005-0.002, "
+                                               "2-core CPU 0.07-0.37 under load).")
     implausible_reward: float = field(1.0, help="Reward of a correct kernel whose speed beats the roofline: "
                                                "correctness counts, the speed claim does not.")
 

@@ -28,15 +28,16 @@ from little_dragon.evaluator import worker
 from little_dragon.evaluator.cache import ResultCache, baseline_key, result_key
 from little_dragon.evaluator.config import EvaluatorConfig
 from little_dragon.evaluator.outcome import CATEGORY_OF_PHASE, EvalResult, shaped_reward
-from little_dragon.evaluator.script import ScriptDecodeError, canonical_trace, decode_script
+from little_dragon.evaluator.script import ScriptDecodeError, canonical_trace, decode_script_lines
 from little_dragon.tvmx import target as tgt
 from little_dragon.tvmx.timing import TimingConfig
 
 log = logging.getLogger(__name__)
 
-EVALUATOR_VERSION = "1"           # bump when a change makes cached results stale
+EVALUATOR_VERSION = "2"           # bump when a change makes cached results stale (2: MetaSchedule-order replay, no_op)
 DETERMINISTIC = {"decode_error", "apply_error", "verify_error", "build_error", "runtime_error",
-                 "wrong_result", "correct"}
+                 "wrong_result", "no_op", "correct"}
+STOP_AFTER = ("time", "build", "verify")
 
 
 @dataclasses.dataclass
@@ -72,17 +73,25 @@ def _signal_name(code: int | None) -> str:
 
 
 class Evaluator:
-    """One target, one device, one pool. Use as a context manager (or call ``close``)."""
+    """One target, one device, one pool. Use as a context manager (or call ``close``).
+
+    ``stop_after`` checks scripts without a device: ``"verify"`` (decode, apply, post-process/verify;
+    category ``verified``) or ``"build"`` (and generate code, CUDA included: category ``built``), how CI
+    judges CUDA records on a machine without a GPU."""
 
     def __init__(self, target: dict | str = "llvm", cfg: EvaluatorConfig | None = None,
-                 timing_cfg: TimingConfig | None = None, *, test_hooks: bool = False) -> None:
+                 timing_cfg: TimingConfig | None = None, *, test_hooks: bool = False,
+                 stop_after: str = "time") -> None:
+        if stop_after not in STOP_AFTER:
+            raise ValueError(f"stop_after must be one of {STOP_AFTER}, not {stop_after!r}")
+        self.stop_after = stop_after
         self.cfg = cfg or EvaluatorConfig()
         self.timing_cfg = timing_cfg or TimingConfig()
         self.target = tgt.normalize(target)
         self.kind = self.target["kind"]
         self.test_hooks = test_hooks
         self.pool_size = self.cfg.pool_size or os.cpu_count() or 1
-        cache_path = _project_path(self.cfg.cache_path) if self.cfg.cache_path else None
+        cache_path = _project_path(self.cfg.cache_path) if self.cfg.cache_path and stop_after == "time" else None
         self.cache = ResultCache(cache_path) if cache_path else None
         self._phase_dir = tempfile.mkdtemp(prefix="dragon-eval-phases-")
         self._baselines: dict[str, dict] = {}
@@ -150,7 +159,8 @@ class Evaluator:
                 for w, r in zip(workloads, requests) if r.reference_script is not None}
         ref_raw = {k: v[0] for k, v in zip(refs, self._raw_batch(list(refs.values())))}
         raws = self._raw_batch([(w, r.script) for w, r in zip(workloads, requests)])
-        self._fill_baselines(workloads, raws)
+        if self.stop_after == "time":
+            self._fill_baselines(workloads, raws)
         elapsed = time.perf_counter() - t0
         out = []
         for w, r, (raw, cached, eval_s) in zip(workloads, requests, raws):
@@ -190,13 +200,14 @@ class Evaluator:
         pending: dict[str, tuple[Any, float, str, _Workload, str]] = {}
         for w, script in items:
             t0 = time.perf_counter()
-            hook = None
+            hook, lines = None, None
             if self.test_hooks and script.startswith(worker.TEST_HOOK_PREFIX):
                 hook = script[len(worker.TEST_HOOK_PREFIX):].strip()
                 canonical = script
             else:
                 try:
-                    canonical = canonical_trace(decode_script(script))
+                    trace, lines = decode_script_lines(script)
+                    canonical = canonical_trace(trace)
                 except ScriptDecodeError as e:
                     slots.append(({"category": "decode_error", "phase": "decode", "message": str(e)}, False,
                                   time.perf_counter() - t0))
@@ -214,7 +225,9 @@ class Evaluator:
                     continue
             if key not in pending:
                 task = {"workload_key": w.key, "workload_script": w.script, "trace_text": canonical, "hook": hook,
-                        "bound_s": self.roofline_bound_s(w), "roofline_slack": self.cfg.roofline_slack}
+                        "bound_s": self.roofline_bound_s(w), "roofline_slack": self.cfg.roofline_slack,
+                        "script": script if hook is None else "", "lines": lines if hook is None else None,
+                        "stop_after": self.stop_after}
                 fut = self._pool.schedule(worker.evaluate, args=(task,), timeout=self._task_timeout)
                 pending[key] = (fut, t0, canonical, w, "")
             slots.append(key)
@@ -288,9 +301,13 @@ class Evaluator:
                          input_seed=raw.get("input_seed"), phase=raw.get("phase"), cached=cached, eval_s=eval_s,
                          phase_s=dict(raw.get("phase_s", {})), target=self.target, device=self.device,
                          workload_hash=w.key, baseline_us=b.get("us"), baseline_kind=b.get("kind"))
+        res.kernel_hash = raw.get("kernel_hash")
+        if ref_raw is not None:
+            res.mode = "refinement"
         if res.category == "correct":
             if ref_raw is not None:
-                res.mode = "refinement"
+                # the given script's kernel back, however the text was shuffled: correct, never an improvement
+                res.copy = bool(res.kernel_hash) and res.kernel_hash == ref_raw.get("kernel_hash")
                 res.reference_us = ref_raw.get("latency_us") if ref_raw.get("category") == "correct" else None
                 base = res.reference_us
                 if base is None:
@@ -302,5 +319,6 @@ class Evaluator:
                     res.message = (res.message + "; " if res.message else "") + f"baseline failed: {b['error']}"
             if base and res.latency_us:
                 res.speedup = base / res.latency_us
-        res.reward = shaped_reward(res.category, res.speedup, res.implausible, self.cfg.reward)
+        res.reward = shaped_reward(res.category, res.speedup, res.implausible, self.cfg.reward, copy=res.copy,
+                                   kind=self.kind)
         return res

@@ -23,12 +23,20 @@ def _codec():
 
 def decode_script(text: str) -> list:
     """Script text -> ``[insts, decisions]`` (plain JSON values)."""
+    return decode_script_lines(text)[0]
+
+
+def decode_script_lines(text: str) -> tuple[list, list[int] | None]:
+    """Script text -> (``[insts, decisions]``, the script line of each instruction, when the codec knows)."""
     codec = _codec()
+    lines = None
     if codec is not None:
+        from little_dragon.codec.script import decode_with_lines
+
         try:
-            # `post *` stands for the target's post-processors, which the worker's verify phase runs on
-            # every applied schedule anyway: the trace before it is what gets applied (and cached)
-            trace = codec.decode(text, codec.SyntaxOnlyContext())
+            # `post *` stands for the target's post-processors, which the worker runs on every schedule
+            # anyway (evaluator/replay.py): the trace before it is what gets applied (and cached)
+            trace, lines = decode_with_lines(text, codec.SyntaxOnlyContext())
         except Exception as e:  # CodecError subclasses carry line/column/expected/found
             parts = [f"line {getattr(e, 'line', '?')}, column {getattr(e, 'column', '?')}"]
             if getattr(e, "expected", None) is not None:
@@ -44,7 +52,7 @@ def decode_script(text: str) -> list:
     if not (isinstance(trace, list) and len(trace) == 2 and isinstance(trace[0], list)
             and isinstance(trace[1], list)):
         raise ScriptDecodeError("a trace is [instructions, decisions]")
-    return trace
+    return trace, lines
 
 
 def encode_script(trace_json: list) -> str:

@@ -35,6 +35,8 @@ class _State:
     intrinsics_loaded: bool = False
     modules: dict = dataclasses.field(default_factory=dict)
     references: dict = dataclasses.field(default_factory=dict)
+    postprocs: dict = dataclasses.field(default_factory=dict)
+    empty_code: dict = dataclasses.field(default_factory=dict)
 
 
 _S: _State | None = None
@@ -122,6 +124,8 @@ def _workload(key: str, script: str):
         if len(_S.modules) > 64:
             _S.modules.clear()
             _S.references.clear()
+            _S.postprocs.clear()
+            _S.empty_code.clear()
         _S.modules[key] = mod
     return mod
 
@@ -149,55 +153,85 @@ def evaluate(task: dict) -> dict:
         _set_phase("start")
 
 
+def _postprocs(key: str, mod: Any) -> list:
+    """The target's post-processors for a workload (initialised for it; stateless across schedules)."""
+    procs = _S.postprocs.get(key)
+    if procs is None:
+        from little_dragon.tvmx.postprocs import target_postprocs
+
+        procs = _S.postprocs[key] = target_postprocs(mod, _S.target)
+    return procs
+
+
+def _empty_code_hash(key: str, mod: Any) -> str | None:
+    """The code an empty script compiles to, for the no-op test (once per workload and worker)."""
+    if key not in _S.empty_code:
+        from little_dragon.evaluator.replay import empty_script_code_hash
+
+        _S.empty_code[key] = empty_script_code_hash(mod, _postprocs(key, mod), _S.target)
+    return _S.empty_code[key]
+
+
 def _evaluate(task: dict) -> dict:
     import tvm
-    from tvm.s_tir import Schedule, Trace
 
     from little_dragon.evaluator import numerics
-    from little_dragon.evaluator.postproc import postprocs_for, run_postprocs
+    from little_dragon.evaluator.replay import (LAYOUT_REWRITE_NOTE, NO_OP_CODE, ReplayFailure, code_hash, replay,
+                                                timing_args_info)
     from little_dragon.tvmx import timing
     from little_dragon.tvmx.build import fast_build
+    from little_dragon.tvmx.postprocs import needs_tensor_intrinsics
 
     cfg = _S.cfg
     res: dict[str, Any] = {"category": None, "message": "", "phase": None, "phase_s": {}}
     clock = time.perf_counter
     trace_text = task["trace_text"]
     hook = task.get("hook") if _S.test_hooks else None
+    args_info = None
 
     t0 = clock()
     _set_phase("apply")
     _arm(cfg.build_timeout_s)
     mod = _workload(task["workload_key"], task["workload_script"])
-    if "ensorize" in trace_text and not _S.intrinsics_loaded:
-        _disarm()  # a one-off per worker, not the script's fault
-        _load_intrinsics()
-        _arm(cfg.build_timeout_s)
     if hook is None:
+        trace_json = json.loads(trace_text)
+        if needs_tensor_intrinsics(trace_json) and not _S.intrinsics_loaded:
+            _disarm()  # a one-off per worker, not the script's fault
+            _load_intrinsics()
+            _arm(cfg.build_timeout_s)
         try:
-            sch = Schedule(mod)
-            Trace.apply_json_to_schedule(json.loads(trace_text), sch)
-        except Exception as e:  # noqa: BLE001  anything a model writes
-            return _fail(res, "apply_error", "apply", _short(e))
-        res["phase_s"]["apply"] = clock() - t0
-
-        t1 = clock()
-        _set_phase("verify")
-        try:
-            rejected = run_postprocs(sch, postprocs_for(mod, _S.target, trace_text))
-        except Exception as e:  # noqa: BLE001
-            return _fail(res, "verify_error", "verify", _short(e))
-        if rejected:
-            return _fail(res, "verify_error", "verify", f"post-processor {rejected} rejected the schedule")
-        res["phase_s"]["verify"] = clock() - t1
+            done = replay(mod, trace_json, _postprocs(task["workload_key"], mod), lines=task.get("lines"),
+                          text=task.get("script", ""), on_phase=_set_phase)
+        except ReplayFailure as e:
+            phase = "apply" if e.category in ("apply_error", "no_op") else "verify"
+            return _fail(res, e.category, phase, str(e)[:1500])
+        res["phase_s"]["apply_verify"] = clock() - t0
+        if task.get("stop_after") == "verify":
+            res.update(category="verified", phase="verify")
+            return res
 
         t1 = clock()
         _set_phase("build")
         try:
-            rt_mod = fast_build(sch.mod, _S.target)
+            rt_mod = fast_build(done.sch.mod, _S.target)
             numerics.jit_now(rt_mod)
+            check_mod = rt_mod
+            if done.layout_rewrite:
+                # the kept pre-processing block takes the original weight (correctness); the stripped kernel,
+                # timed like MetaSchedule times it, takes the pre-transformed one
+                check_mod = tvm.tirx.build(done.sch.mod, target=_S.target)
+                numerics.jit_now(check_mod)
+                args_info = timing_args_info(done.sch.mod)
+                res["message"] = LAYOUT_REWRITE_NOTE
         except Exception as e:  # noqa: BLE001
             return _fail(res, "build_error", "build", _short(e))
         res["phase_s"]["build"] = clock() - t1
+        res["kernel_hash"] = code_hash(rt_mod)
+        if res["kernel_hash"] == _empty_code_hash(task["workload_key"], mod):
+            return _fail(res, "no_op", "build", NO_OP_CODE)
+        if task.get("stop_after") == "build":
+            res.update(category="built", phase="build")
+            return res
     _disarm()
 
     bound_s = float(task.get("bound_s") or 0.0)  # roofline bound, computed by the caller from its peaks
@@ -214,7 +248,7 @@ def _evaluate(task: dict) -> dict:
         expected = numerics.run_reference(ref, arrays)
         _set_phase("run")
         try:
-            got = numerics.run_candidate(rt_mod, dev, ref, arrays)
+            got = numerics.run_candidate(check_mod, dev, ref, arrays)
         except Exception as e:  # noqa: BLE001
             _fail(res, "runtime_error", "run", _short(e))
             return False
@@ -233,7 +267,7 @@ def _evaluate(task: dict) -> dict:
     def time_once(tcfg) -> Any:
         _set_phase("run")
         try:
-            return timing.measure(rt_mod, func, {"kind": _S.target_kind}, tcfg)
+            return timing.measure(rt_mod, func, {"kind": _S.target_kind}, tcfg, args_info)
         except Exception as e:  # noqa: BLE001
             _fail(res, "runtime_error", "run", "timing: " + _short(e))
             return None

@@ -143,12 +143,14 @@ def time_module(rt_mod: Any, dev: Any, repeated_args: list[list[Any]], cfg: Timi
     return Latency(tuple(float(c) for c in costs))
 
 
-def measure(rt_mod: Any, prim_func: Any, target_spec: Any, cfg: TimingConfig) -> Latency:
-    """Allocate random inputs for ``prim_func``'s signature on the target's device and time ``rt_mod``."""
+def measure(rt_mod: Any, prim_func: Any, target_spec: Any, cfg: TimingConfig, args_info: Any = None) -> Latency:
+    """Allocate random inputs for ``prim_func``'s signature (or for ``args_info``, MetaSchedule ArgInfos, e.g.
+    a layout-rewritten kernel's pre-transformed weight) on the target's device and time ``rt_mod``."""
     from tvm.s_tir import meta_schedule as ms
 
     from little_dragon.tvmx import target as tgt
 
     dev = tgt.device(target_spec)
-    args = random_args(ms.arg_info.ArgInfo.from_prim_func(prim_func), dev, cfg.alloc_repeat)
+    infos = args_info if args_info is not None else ms.arg_info.ArgInfo.from_prim_func(prim_func)
+    args = random_args(infos, dev, cfg.alloc_repeat)
     return time_module(rt_mod, dev, args, cfg)

@@ -1,0 +1,144 @@
+"""Apply a script's trace to its workload exactly as MetaSchedule tuning builds a candidate.
+
+1. Replay the sampled part (before ``EnterPostproc``) on a fresh schedule of the workload.
+2. ``enter_postproc()`` and the target's post-processors once, in order (``tvmx.postprocs``).
+3. A script that wrote its post-processing section out must have written exactly what step 2 produced;
+   the first differing instruction is reported with its script line.
+
+Two ways of scheduling nothing are failures of their own (``no_op``), never "correct": a sampled part that
+leaves the module as it was (empty, or only look-ups), and a schedule that compiles to the very code an
+empty script gives (annotations nothing reads; on CUDA the post-processors bind an unscheduled kernel's
+threads themselves, so "it runs" does not mean "the script did something").
+
+``code_hash`` (of the generated code: LLVM IR, CUDA source) identifies the kernel: a refinement that
+compiles to the given script's code is a copy, however its text was shuffled.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+LAYOUT_REWRITE_NOTE = ("layout-rewritten weight (RewriteLayout): correctness checked on the original layout, "
+                       "timing on the pre-transformed weight, as MetaSchedule measures it")
+
+
+class ReplayFailure(Exception):
+    """The script fails before build: ``category`` is one of apply_error, no_op, verify_error."""
+
+    def __init__(self, category: str, message: str):
+        super().__init__(message)
+        self.category = category
+
+
+@dataclasses.dataclass
+class Replayed:
+    sch: Any                   # the post-processed tvm.s_tir.Schedule
+    layout_rewrite: bool       # holds a layout-rewrite pre-processing block (built two ways, see worker)
+
+
+def code_hash(rt_mod: Any) -> str:
+    """Identity of a built kernel: a hash of its generated code (host LLVM IR and every device source)."""
+    import hashlib
+
+    h = hashlib.sha1()
+    for m in [rt_mod, *getattr(rt_mod, "imports", [])]:
+        for fmt in ("ll", "cuda"):
+            try:
+                h.update(m.inspect_source(fmt).encode())
+            except Exception:  # noqa: BLE001  a module without that format
+                continue
+    return h.hexdigest()
+
+
+def empty_script_code_hash(mod: Any, procs: list, target: Any) -> str | None:
+    """``code_hash`` of what an empty script gives (the post-processors alone); None if they reject it or
+    it does not build."""
+    from tvm.s_tir import Schedule
+
+    from little_dragon.tvmx.build import fast_build
+    from little_dragon.tvmx.postprocs import PostprocRejected, run_postprocs
+
+    sch = Schedule(mod, debug_mask=0)
+    try:
+        run_postprocs(sch, procs)
+        return code_hash(fast_build(sch.mod, target))
+    except PostprocRejected:
+        return None
+    except Exception:  # noqa: BLE001  (the build) the comparison is then skipped, nothing else
+        return None
+
+
+def _normal(x: Any) -> Any:
+    """Instruction JSON with embedded IndexMaps parsed: the database writes them indented, a live trace
+    compactly, and both are the same map."""
+    import json
+
+    if isinstance(x, str) and x.startswith('{"root_index"'):
+        return json.loads(x)
+    if isinstance(x, list):
+        return [_normal(y) for y in x]
+    return x
+
+
+def _line_of(index: int, lines: list[int] | None) -> str:
+    return f"line {lines[index]}" if lines and index < len(lines) else f"instruction {index}"
+
+
+def _check_written_post(sch: Any, pre_len: int, written: list, lines: list[int] | None) -> None:
+    from little_dragon.codec.canonical import canonical_json, dumps
+
+    derived = canonical_json(sch.trace.as_json(remove_postproc=False))[0][pre_len:]
+    for i in range(max(len(derived), len(written))):
+        d = derived[i] if i < len(derived) else None
+        w = written[i] if i < len(written) else None
+        if d is None or w is None or _normal(d) != _normal(w):
+            where = _line_of(pre_len + i, lines)
+            raise ReplayFailure("verify_error", (
+                f"{where}: the script's post-processing section differs from what the target's post-processors "
+                f"produce (the script has {dumps(w)[:200] if w is not None else 'nothing'}; they produce "
+                f"{dumps(d)[:200] if d is not None else 'nothing'}); write `post *` to let them derive it"))
+
+
+def replay(mod: Any, trace_json: list, procs: list, *, lines: list[int] | None = None, text: str = "",
+           on_phase: Any = None) -> Replayed:
+    """Schedule ``mod`` with ``trace_json`` as tuning would; raises ReplayFailure with its category."""
+    import tvm_ffi
+    from tvm.s_tir import Schedule
+
+    from little_dragon.codec.apply import apply_json
+    from little_dragon.codec.errors import ApplyError
+    from little_dragon.tvmx.postprocs import PostprocRejected, run_postprocs, split_postproc
+
+    pre, written = split_postproc(trace_json)
+    sch = Schedule(mod, debug_mask=0)  # as MetaSchedule's trace replay: no per-primitive self-checks
+    try:
+        apply_json(pre, sch, lines, text)
+    except ApplyError as e:
+        raise ReplayFailure("apply_error", f"line {e.line}: {e}") from None
+    except Exception as e:  # noqa: BLE001  anything a model writes
+        raise ReplayFailure("apply_error", f"{type(e).__name__}: {str(e)[-800:]}") from None
+    if tvm_ffi.structural_equal(sch.mod, mod):
+        raise ReplayFailure("no_op", "the script schedules nothing: the kernel is unchanged by its instructions"
+                                     + (" (empty script)" if not pre[0] else ""))
+    if on_phase is not None:
+        on_phase("verify")  # a crash from here on is charged to verification
+    try:
+        run_postprocs(sch, procs)
+    except PostprocRejected as e:
+        raise ReplayFailure("verify_error", str(e)) from None
+    if written is not None:
+        _check_written_post(sch, len(pre[0]), written, lines)
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    stripped = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)
+    return Replayed(sch, not tvm_ffi.structural_equal(stripped, sch.mod))
+
+
+NO_OP_CODE = "the script schedules nothing: it compiles to the very code an empty script gives"
+
+
+def timing_args_info(sch_mod: Any) -> list:
+    """Argument shapes MetaSchedule's runner times a candidate with (layout-rewritten weights transformed)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return list(ms.arg_info.ArgInfo.from_entry_func(sch_mod, remove_preproc=True))

@@ -1,0 +1,110 @@
+"""A target's MetaSchedule post-processors, and applying a trace the way tuning does.
+
+MetaSchedule builds a candidate by replaying the *sampled* trace (everything before ``EnterPostproc``) on a
+fresh schedule of the workload, entering post-processing, and running the target's post-processors once, in
+order (``ThreadedTraceApply``): each both rewrites the schedule and checks it; the first that returns False
+rejects the candidate.  A database record's trace already ends with ``EnterPostproc`` and what those
+post-processors appended, so replaying the whole record and post-processing *again* is wrong (an annotation
+such as ``meta_schedule.cooperative_fetch`` is consumed the first time: ``IndexError: Cannot find
+annotation key``), and so is running only ``VerifyGPUCode`` on the replayed record (the tensor-core list
+verifies *before* ``RewriteTensorize``).  ``split_postproc`` + ``run_postprocs`` with ``target_postprocs`` is
+the one correct way, shared by the codec's ``post *`` and the evaluator.
+
+The list is the one ``tune_tir``'s ``post-order-apply`` space generator picks "from-target" (TVM 0.27's
+``GetRuleKindFromTarget``, checked against a real ``TuneContext``: llvm -> ``llvm``; CUDA ``sm_75`` and
+newer -> ``cuda-tensorcore``, older -> ``cuda``), built without ``TuneContext.__init__``, which imports
+``tvm.s_tir.tensor_intrin`` (13-75 s) even where nothing tensorizes.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+POSTPROC_MARKER = "EnterPostproc"
+
+
+def rule_kind(target: Any) -> str:
+    """MetaSchedule's rule/post-processor kind for ``target`` (a ``tvm.target.Target``)."""
+    kind = target.kind.name
+    if kind == "llvm":
+        return "llvm"
+    if kind == "cuda":
+        m = re.fullmatch(r"sm_(\d+)a?", str(target.attrs.get("arch", "")))
+        return "cuda-tensorcore" if m and int(m.group(1)) >= 75 else "cuda"
+    raise ValueError(f"no MetaSchedule post-processor list for target kind {kind!r} (llvm and cuda are supported)")
+
+
+def light_tune_context(mod: Any, target: Any, space_generator: Any = None, rand_state: int = 0) -> Any:
+    """A TuneContext through the FFI constructor, without the tensor-intrinsic import of ``__init__``."""
+    from tvm.s_tir.meta_schedule import _ffi_api
+    from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func
+    from tvm.s_tir.meta_schedule.tune_context import TuneContext
+
+    ctx = TuneContext.__new__(TuneContext)
+    ctx.__init_handle_by_constructor__(_ffi_api.TuneContext, mod, target, space_generator, None, "main", 1,
+                                       rand_state, get_logging_func(get_logger("little_dragon.tvmx")))
+    _ffi_api.TuneContextInitialize(ctx)
+    return ctx
+
+
+def as_target(target: Any) -> Any:
+    import json
+
+    import tvm
+
+    if isinstance(target, tvm.target.Target):
+        return target
+    if isinstance(target, str):
+        target = json.loads(target) if target.lstrip().startswith("{") else {"kind": target}
+    return tvm.target.Target(target)
+
+
+def target_postprocs(mod: Any, target: Any) -> list:
+    """The target's post-processors, in tuning order, initialised for ``mod`` (an IRModule)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    tgt = as_target(target)
+    ctx = light_tune_context(mod, tgt)
+    procs = ms.postproc.Postproc.create(rule_kind(tgt))
+    for p in procs:
+        p._initialize_with_tune_context(ctx)
+    return procs
+
+
+def split_postproc(trace_json: list) -> tuple[list, list | None]:
+    """``[insts, decisions]`` -> (the sampled part before ``EnterPostproc``, the written post-processing
+    section from ``EnterPostproc`` on, or None when the trace has none)."""
+    insts, decisions = trace_json
+    for k, inst in enumerate(insts):
+        if inst[0] == POSTPROC_MARKER:
+            return [list(insts[:k]), [d for d in decisions if d[0] < k]], list(insts[k:])
+    return [list(insts), list(decisions)], None
+
+
+def needs_tensor_intrinsics(trace_json: list) -> bool:
+    """Does applying or post-processing this trace need the registered tensor intrinsics?"""
+    return any(inst[0] == "Tensorize" or (inst[0] == "Annotate" and "auto_tensorize" in str(inst[2]))
+               for inst in trace_json[0])
+
+
+class PostprocRejected(Exception):
+    """A post-processor returned False (it rejects the schedule) or raised; ``name`` says which."""
+
+    def __init__(self, name: str, reason: str = ""):
+        super().__init__(f"post-processor {name} " + (f"failed: {reason}" if reason else "rejects the schedule"))
+        self.name = name
+        self.reason = reason
+
+
+def run_postprocs(sch: Any, procs: list) -> None:
+    """``enter_postproc()`` and each post-processor once, in order; raises PostprocRejected."""
+    sch.enter_postproc()
+    for p in procs:
+        name = type(p).__name__
+        try:
+            ok = p.apply(sch)
+        except Exception as e:  # noqa: BLE001  TVM raises several error types
+            lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+            raise PostprocRejected(name, f"{type(e).__name__}: {lines[-1] if lines else ''}"[:500]) from None
+        if not ok:
+            raise PostprocRejected(name)
