@@ -1,1 +1,0 @@
-from dataset_fixtures import built, harvested, token_counter  # noqa: F401  (shared session fixtures)
