@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "eval": "little_dragon.evaluation.cli",
     "registry": "little_dragon.evaluation.promote_cli",
     "optimize": "little_dragon.evaluation.optimize_cli",
+    "services": "little_dragon.ops.cli",
 }
 
 

@@ -33,6 +33,8 @@ SECTIONS: dict[str, str] = {
     "harvest": "little_dragon.harvest.config:HarvestConfig",
     "datasets": "little_dragon.datasets.config:DatasetsConfig",
     "quality": "little_dragon.quality.config:QualityConfig",
+    "drift": "little_dragon.quality.drift_config:DriftConfig",
+    "retraining": "little_dragon.ops.config:RetrainingConfig",
     "sft": "little_dragon.training.config:SFTConfig",
     "generation": "little_dragon.generation.config:GenerationConfig",
     "evaluation": "little_dragon.evaluation.eval_config:EvaluationConfig",

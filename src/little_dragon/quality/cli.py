@@ -20,6 +20,9 @@ def add_parser(sub) -> None:
     c.add_argument("--metrics", help="metrics JSON path (default: <quality.metrics_dir>/quality_<suite>.json)")
     add_set_option(c, "quality")
     c.set_defaults(func=main)
+    from little_dragon.quality.drift_cli import add_parser as add_drift_parser
+
+    add_drift_parser(qsub)
 
 
 def main(args) -> int:
