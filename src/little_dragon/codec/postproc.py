@@ -20,16 +20,11 @@ from typing import Any
 
 from little_dragon.codec.canonical import canonical_json, dumps
 from little_dragon.codec.errors import ApplyError
+from little_dragon.tvmx.postprocs import needs_tensor_intrinsics  # noqa: F401  (re-exported: codec API)
 
 
 class DeriveError(Exception):
     """The script before ``post *`` does not apply, or a post-processor rejects the schedule."""
-
-
-def needs_tensor_intrinsics(trace_json: list) -> bool:
-    """Does applying (or post-processing) this trace need the registered tensor intrinsics?"""
-    return any(inst[0] == "Tensorize" or (inst[0] == "Annotate" and "auto_tensorize" in str(inst[2]))
-               for inst in trace_json[0])
 
 
 def _pretty_maps(x: Any) -> Any:
@@ -54,17 +49,10 @@ class PostprocContext:
 
     def postprocs(self) -> list:
         if self._postprocs is None:
-            import tvm
-            from tvm.s_tir import meta_schedule as ms
+            from little_dragon.tvmx.postprocs import target_postprocs
 
-            target = self.target
-            if isinstance(target, str):
-                target = json.loads(target)
-            if not isinstance(target, tvm.target.Target):
-                target = tvm.target.Target(target)
-            ctx = ms.TuneContext(mod=self.mod, target=target, space_generator="post-order-apply",
-                                 task_name="main", rand_state=0)
-            self._postprocs = list(ctx.space_generator.postprocs)
+            # the one list per target, shared with the evaluator (the one tune_tir's space generator picks)
+            self._postprocs = target_postprocs(self.mod, self.target)
         return self._postprocs
 
     def _derive(self, pre_json: list) -> Any:
@@ -84,20 +72,18 @@ class PostprocContext:
             from little_dragon.tvmx.build import import_tensor_intrinsics
 
             import_tensor_intrinsics()
+        from little_dragon.tvmx.postprocs import PostprocRejected, run_postprocs
+
         postprocs = self.postprocs()
         sch = Schedule(self.mod, debug_mask=0)
         try:
             Trace.apply_json_to_schedule(pre_json, sch)
         except Exception as e:  # noqa: BLE001 - any TVM error: the script before `post *` does not apply
             raise DeriveError(f"the script before `post *` does not apply: {str(e).strip().splitlines()[-1]}") from None
-        sch.enter_postproc()
-        for p in postprocs:
-            try:
-                ok = p.apply(sch)
-            except Exception as e:  # noqa: BLE001
-                raise DeriveError(f"post-processor {type(p).__name__} failed: {str(e).strip().splitlines()[-1]}") from None
-            if not ok:
-                raise DeriveError(f"post-processor {type(p).__name__} rejects the schedule")
+        try:
+            run_postprocs(sch, postprocs)  # enter_postproc, then each once, in tuning order
+        except PostprocRejected as e:
+            raise DeriveError(str(e)) from None
         got = canonical_json(sch.trace.as_json(remove_postproc=False))
         k = len(pre_json[0])
         if len(got[0]) <= k or got[0][k][0] != "EnterPostproc":
