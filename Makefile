@@ -7,7 +7,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export GX_ANALYTICS_ENABLED := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup pipeline test test-fast lint clean-artifacts
+.PHONY: setup pipeline test test-fast lint
 
 setup:
 	bash scripts/bootstrap.sh
@@ -21,3 +21,7 @@ test: setup
 
 test-fast: setup
 	bash scripts/run-tests.sh -m "not slow"
+
+# ruff (rules in pyproject.toml); CI runs it after the tests (.ci/run)
+lint: setup
+	ruff check src tests flows benchmarks scripts

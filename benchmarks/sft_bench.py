@@ -80,7 +80,7 @@ def tokenizer_measure(train: str | None = None) -> dict:
     from transformers import AutoTokenizer
 
     from little_dragon.training.models import default_gguf_path
-    from little_dragon.training.tokenizer import (
+    from little_dragon.tokenizer import (
         codec_words,
         extend_tokenizer,
         tokens_per_text,

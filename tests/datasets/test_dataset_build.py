@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dataset_fixtures import datasets_cfg
+from dragon_testkit import datasets_cfg
 
 pytestmark = pytest.mark.slow
 
@@ -124,7 +124,7 @@ def test_build_is_deterministic_for_a_fixed_seed(built, harvested, token_counter
 
 
 def test_compact_kernel_rendering_is_the_same_kernel():
-    from dataset_fixtures import tiny_workloads_frame
+    from dragon_testkit import tiny_workloads_frame
 
     from little_dragon.datasets.prompts import render_kernel
     from little_dragon.workloads.store import module_from_script

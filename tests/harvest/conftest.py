@@ -1,6 +1,8 @@
+"""The harvest tests' workloads and configs (small: seconds of real tuning each)."""
 from __future__ import annotations
 
 import pytest
+from dragon_testkit import add_tensors, matmul_tensors, prim_module, softmax_tensors
 
 
 def _row(name: str, family: str, mod) -> dict:
@@ -13,31 +15,10 @@ def _row(name: str, family: str, mod) -> dict:
 def tiny_workloads():
     """Three small real workloads (a matmul, a row softmax, an elementwise add): seconds to tune on CPU."""
     import pandas as pd
-    import tvm
-    from tvm import te, topi
 
-    def matmul(n):
-        a = te.placeholder((n, n), name="A")
-        b = te.placeholder((n, n), name="B")
-        k = te.reduce_axis((0, n), "k")
-        c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
-        return [a, b, c]
-
-    def softmax(n):
-        x = te.placeholder((n, n), name="X")
-        return [x, topi.nn.softmax(x, axis=-1)]
-
-    def add(n):
-        x = te.placeholder((n, n), name="X")
-        y = te.placeholder((n, n), name="Y")
-        return [x, y, te.compute((n, n), lambda i, j: x[i, j] + y[i, j], name="Z")]
-
-    rows = []
-    for name, fam, tensors in [("matmul32", "dense", matmul(32)), ("softmax32", "softmax", softmax(32)),
-                               ("add64", "elementwise", add(64))]:
-        f = te.create_prim_func(tensors).with_attr("global_symbol", "main")
-        rows.append(_row(name, fam, tvm.IRModule({"main": f})))
-    return pd.DataFrame(rows)
+    return pd.DataFrame([_row(name, fam, prim_module(tensors)) for name, fam, tensors in [
+        ("matmul32", "dense", matmul_tensors(32)), ("softmax32", "softmax", softmax_tensors(32)),
+        ("add64", "elementwise", add_tensors(64))]])
 
 
 @pytest.fixture()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dataset_fixtures import datasets_cfg, quality_cfg
+from dragon_testkit import datasets_cfg, quality_cfg
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import random
 
 from little_dragon.training.augment import block_names, rename, renamed_row, with_renamed_copies
-from little_dragon.training.validity import check_script
+from little_dragon.datasets.validity import check_script
 
 
 def test_renamed_rows_apply_to_their_renamed_kernels(standin_rows):

@@ -8,7 +8,7 @@ import pytest
 from little_dragon.config import from_dict
 from little_dragon.tracking import dvc_hash
 from little_dragon.training.config import SFTConfig
-from little_dragon.training.validity import check_script
+from little_dragon.datasets.validity import check_script
 
 MODEL_NAME = "little-dragon-test"
 

@@ -7,7 +7,7 @@ import pytest
 
 from little_dragon.config import ConfigError, load_section
 from little_dragon.training import data as sft_data
-from little_dragon.training.validity import check_script
+from little_dragon.datasets.validity import check_script
 
 
 def test_mix_tasks_hits_the_ratio_without_repeating_rows(standin_rows):
@@ -58,7 +58,7 @@ def test_generated_text_is_never_run_as_python(standin_rows, tmp_path):
     assert not marker.exists()
     import inspect
 
-    import little_dragon.training.validity as validity_module
+    import little_dragon.codec.validity as validity_module
 
     src = inspect.getsource(validity_module)
     assert "exec(" not in src and "eval(" not in src and "import ast" not in src
@@ -67,7 +67,7 @@ def test_generated_text_is_never_run_as_python(standin_rows, tmp_path):
 def test_validity_falls_back_to_the_workload_store(standin_rows, tmp_path, monkeypatch):
     import pandas as pd
 
-    from little_dragon.training import validity
+    from little_dragon.datasets import validity
     from little_dragon.workloads.store import describe_module, module_from_script
 
     row = next(r for r in standin_rows if r["name"] == "row_sum_128x512")
@@ -91,7 +91,7 @@ def test_validity_falls_back_to_the_workload_store(standin_rows, tmp_path, monke
 def test_bpe_tokenizer_round_trips_scripts_and_tvmscript(standin_rows, tmp_path, split):
     from transformers import PreTrainedTokenizerFast
 
-    from little_dragon.training.tokenizer import corpus_of, train_bpe_tokenizer
+    from little_dragon.tokenizer import corpus_of, train_bpe_tokenizer
 
     tok = train_bpe_tokenizer(corpus_of(standin_rows), vocab_size=512, out_dir=tmp_path / "tok", split=split)
     reloaded = PreTrainedTokenizerFast.from_pretrained(str(tmp_path / "tok"))

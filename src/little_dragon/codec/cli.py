@@ -14,13 +14,13 @@ def add_parser(sub) -> None:
     e.add_argument("--trace", required=True, help="JSON file holding [insts, decisions] ('-' = stdin)")
     e.add_argument("--workload", help="with --target: write `post *` when the post-processors re-derive the "
                                       "post-processing exactly (workload id or TVMScript file)")
-    e.add_argument("--workloads", help="workloads.parquet holding the workload ids (default: the store under params workloads.out_dir)")
+    e.add_argument("--workloads", help="workloads.parquet holding the workload ids (default: $DRAGON_WORKLOADS, else the store under params workloads.out_dir)")
     e.add_argument("--target", help="target dict (JSON) or llvm / cuda, for `post *`")
 
     d = csub.add_parser("decode", help="print the trace JSON of a script; with --workload, also apply it")
     d.add_argument("script", help="script file ('-' = stdin)")
     d.add_argument("--workload", help="workload id (from --workloads) or a TVMScript file to apply the script to")
-    d.add_argument("--workloads", help="workloads.parquet holding the workload ids (default: the store under params workloads.out_dir)")
+    d.add_argument("--workloads", help="workloads.parquet holding the workload ids (default: $DRAGON_WORKLOADS, else the store under params workloads.out_dir)")
     d.add_argument("--target", help="target dict (JSON) or llvm / cuda: needed by a `post *` line (with --workload)")
 
     r = csub.add_parser("roundtrip", help="round-trip every record of a MetaSchedule JSON database dir")
@@ -65,11 +65,9 @@ def load_workload(spec: str, workloads_path: str | None):
 
             return tvm.script.from_source(text)
         return module_from_script(text)
-    from little_dragon.config import load_section
-    from little_dragon.workloads.generate import PARQUET
-    from little_dragon.workloads.store import load_workloads, module_from_script
+    from little_dragon.workloads.store import load_workloads, module_from_script, store_path
 
-    workloads_path = workloads_path or str(Path(load_section("workloads").out_dir) / PARQUET)
+    workloads_path = str(store_path(workloads_path))
     df = load_workloads(workloads_path)
     rows = df[df["workload_id"] == spec]
     if rows.empty:

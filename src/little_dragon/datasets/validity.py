@@ -1,29 +1,21 @@
-"""Is a generated script valid: does it decode, and does it apply to a fresh schedule of its workload?
+"""Is a generated script valid for a dataset row: does it decode, and does it apply to the row's workload?
 
-One function, ``check_script``, used by the training callback, the CLI report and the tests.  Validity is
-the codec's: ``codec.decode`` parses the text into trace JSON and ``codec.apply`` replays it on a fresh
-``tvm.s_tir.Schedule`` of the row's workload.  Generated text is data, never evaluated as Python.  The
-workload comes from the row's canonical TVMScript (``tvmscript``, checked against ``structural_hash`` when
-the row has one), or from the workload store by ``workload_id`` for rows without it.  An empty script
-decodes (to the empty trace) but is not valid: it schedules nothing.
+One function, ``check_script(text, row)``, used by the training callbacks, the CLI report and the tests; the
+quality frames use ``postproc_context(row)``.  The check itself is the codec's
+(``codec.validity.check_module_script``); this module only resolves a row (docs/data-contracts.md) to its
+workload and ``post *`` context: the row's canonical TVMScript (``tvmscript``, checked against
+``structural_hash`` when the row has one), or the workload store's entry by ``workload_id`` for rows
+without it.
 """
 from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
 from typing import Any
 
+from little_dragon.codec.validity import Verdict, check_module_script, first_line
 
-@dataclass(frozen=True)
-class Verdict:
-    decoded: bool
-    applied: bool
-    error: str = ""
-
-    @property
-    def valid(self) -> bool:
-        return self.decoded and self.applied
+__all__ = ["Verdict", "check_script", "postproc_context", "workload_module"]
 
 
 @functools.lru_cache(maxsize=512)
@@ -72,30 +64,10 @@ def postproc_context(row: dict[str, Any]) -> Any:
     return _CONTEXTS[key]
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"[:300]
-
-
 def check_script(text: str, row: dict[str, Any]) -> Verdict:
     """Decode ``text`` with the codec and apply it to a fresh schedule of ``row``'s workload."""
-    from tvm import s_tir
-
-    from little_dragon import codec
-
     try:
         mod = workload_module(row)
     except Exception as e:  # noqa: BLE001 - a missing workload is reported, not a crash of training
-        return Verdict(False, False, f"workload {row.get('workload_id')}: {_first_line(e)}")
-    context = postproc_context(row)
-    try:
-        insts = codec.decode(text, codec.SyntaxOnlyContext())[0]  # the text alone; `post *` is derived below
-    except Exception as e:  # noqa: BLE001 - DecodeError, and anything else garbled text provokes
-        return Verdict(False, False, f"decode: {_first_line(e)}")
-    if not insts:  # the empty trace applies to anything; a model that writes nothing has not written a script
-        return Verdict(True, False, "empty: the script has no instructions")
-    try:
-        codec.apply(text, s_tir.Schedule(mod), context)
-    except Exception as e:  # noqa: BLE001 - ApplyError; TVM's own errors are wrapped by the codec
-        return Verdict(True, False, f"apply: {_first_line(e)}")
-    return Verdict(True, True)
+        return Verdict(False, False, f"workload {row.get('workload_id')}: {first_line(e)}")
+    return check_module_script(text, mod, postproc_context(row))

@@ -8,7 +8,7 @@ def add_parser(sub) -> None:
     from little_dragon.config import add_set_option
 
     p = sub.add_parser("harvest", help="tune workloads with MetaSchedule and keep every measured candidate")
-    p.add_argument("--workloads", help="workload store (default: <params workloads.out_dir>/workloads.parquet)")
+    p.add_argument("--workloads", help="workload store (default: $DRAGON_WORKLOADS, else <params workloads.out_dir>/workloads.parquet)")
     p.add_argument("--out", help="output root (default: params harvest.out_dir)")
     p.add_argument("--target", help="replace the whole target: JSON dict, 'llvm' or 'cuda' "
                                     "(--set target.KEY=VALUE changes one field of it)")
@@ -23,13 +23,12 @@ def add_parser(sub) -> None:
 
 def main(args) -> int:
     import dataclasses
-    from pathlib import Path
 
     from little_dragon.config import deep_merge, load_section, parse_overrides
     from little_dragon.errors import UserError
     from little_dragon.harvest.stage import harvest_stage
     from little_dragon.tvmx import target as tgt
-    from little_dragon.workloads.generate import PARQUET
+    from little_dragon.workloads.store import store_path
 
     flags = {k: v for k, v in (("trials_per_workload", args.trials), ("max_workloads", args.max_workloads),
                                ("orchestrator", args.orchestrator)) if v is not None}
@@ -41,7 +40,7 @@ def main(args) -> int:
         except ValueError as e:
             raise UserError(f"--target {args.target!r}: {e}") from e
         cfg = dataclasses.replace(cfg, target=deep_merge(target, sets.get("target") or {}))
-    workloads = args.workloads or str(Path(load_section("workloads").out_dir) / PARQUET)
+    workloads = args.workloads or store_path()
     res = harvest_stage(cfg, load_section("timing"), workloads, args.out, args.metrics, args.plot)
     print(json.dumps(res))
     return 0 if res["ok"] > 0 else 1

@@ -83,7 +83,7 @@ def harvest_frames(ds: DatasetsConfig) -> dict[str, pd.DataFrame]:
 def _context(row: dict[str, Any]) -> Any:
     """``post *`` context of an example (None when the row lacks its kernel or target: the re-encoding
     check then fails for a `post *` script, which is what the column reports)."""
-    from little_dragon.training.validity import postproc_context
+    from little_dragon.datasets.validity import postproc_context
 
     if not all(isinstance(row.get(k), str) and row[k] for k in ("tvmscript", "target")):
         return None

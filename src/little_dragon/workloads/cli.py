@@ -30,13 +30,13 @@ def main(args) -> int:
     cfg = load_section("workloads", overrides=deep_merge(flags, parse_overrides(args.set)))
 
     from little_dragon.workloads.families import SpecError
-    from little_dragon.workloads.generate import PARQUET
+    from little_dragon.workloads.store import STORE_FILE
     from little_dragon.workloads.stage import workloads_stage
 
     try:
         df = workloads_stage(cfg, args.out)
     except SpecError as e:
         raise UserError(f"{params_path()}: {e}") from e
-    print(f"{len(df)} workloads -> {(args.out or cfg.out_dir)}/{PARQUET}")
+    print(f"{len(df)} workloads -> {(args.out or cfg.out_dir)}/{STORE_FILE}")
     return 0
 

@@ -20,11 +20,11 @@ from little_dragon.workloads.config import WorkloadsConfig
 from little_dragon.workloads.families import SpecError
 from little_dragon.workloads.profiles import profile_specs, resolve
 from little_dragon.workloads.spec import WorkloadSpec, build_module
-from little_dragon.workloads.store import COLUMNS, WorkloadError, describe_module, module_from_script
+from little_dragon.workloads.store import COLUMNS, STORE_FILE, WorkloadError, describe_module, module_from_script
 
 log = logging.getLogger(__name__)
 
-PARQUET = "workloads.parquet"
+PARQUET = STORE_FILE
 SUMMARY = "summary.json"
 
 

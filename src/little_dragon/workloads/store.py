@@ -1,6 +1,7 @@
 """Reading the workload store and turning canonical TVMScript back into IRModules.
 
-The store is ``artifacts/workloads/workloads.parquet`` (docs/data-contracts.md).  A workload's id is ``w`` +
+The store is ``<workloads.out_dir>/workloads.parquet``, ``artifacts/workloads/workloads.parquet`` by default
+(docs/data-contracts.md).  A workload's id is ``w`` +
 16 hex digits of the structural hash of its IRModule (one PrimFunc named ``main``), so the same kernel
 gets the same id whether it comes from the store or from a TVMScript file nobody has seen before.
 """
@@ -13,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from little_dragon.config import PROJECT_ROOT
+from little_dragon.workloads.config import WorkloadsConfig
 
-DEFAULT_STORE = PROJECT_ROOT / "artifacts" / "workloads" / "workloads.parquet"
+STORE_FILE = "workloads.parquet"  # the store inside the workloads stage's out_dir
+DEFAULT_STORE = PROJECT_ROOT / WorkloadsConfig().out_dir / STORE_FILE  # = params.yaml's (tests/test_defaults.py)
 COLUMNS = ["workload_id", "family", "name", "source", "dtype", "shapes", "flops", "bytes", "structural_hash",
            "tvmscript"]
 ID_PATTERN = re.compile(r"^w[0-9a-f]{16}$")
@@ -105,7 +108,18 @@ def _bits(dtype: str) -> int:
 
 
 def store_path(path: str | os.PathLike | None = None) -> Path:
-    return Path(path) if path else Path(os.environ.get("DRAGON_WORKLOADS", DEFAULT_STORE))
+    """``path``, else ``$DRAGON_WORKLOADS``, else the store under params.yaml's ``workloads.out_dir``."""
+    if path:
+        return Path(path)
+    if os.environ.get("DRAGON_WORKLOADS"):
+        return Path(os.environ["DRAGON_WORKLOADS"])
+    from little_dragon.config import ConfigError, load_section
+
+    try:
+        out = Path(load_section("workloads").out_dir)
+    except ConfigError:  # no params.yaml (a bare device checkout): the default layout
+        return DEFAULT_STORE
+    return (out if out.is_absolute() else PROJECT_ROOT / out) / STORE_FILE
 
 
 def load_workloads(path: str | os.PathLike | None = None):
