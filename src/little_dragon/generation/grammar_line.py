@@ -1,0 +1,183 @@
+"""The grammar of the next script line: the codec's own Lark grammar, narrowed by what the workload allows.
+
+Built from ``codec.grammar.grammar_text()`` (the grammar the decoder parses with), so every syntax rule
+stays the codec's.  Changes, all of them narrowing:
+
+- ``start`` is one instruction (and its line end): the constraint advances line by line, and the facts
+  of the next line (``ScheduleState``) come from applying the lines before it.
+- variable terminals ``BREF``/``LREF``/``VREF`` list only the variables that exist at this point (live
+  blocks and loops, defined values);
+- ``blk NAME``: a block of the scheduled function (bare or quoted, as the encoder may write either);
+- ``loops b N`` / ``kids`` / ``prods`` / ``cons``: N is that block's (or loop's) real count; ``cread``/
+  ``cwrite b i``: i indexes a buffer the block reads / writes;
+- ``tile l = t1 .. tN``: the factors multiply to the loop's extent (MetaSchedule's perfect tile), each
+  factor a divisor of what remains — a context-free rule per divisor of the extent;
+- ``cat c1 .. cN = k`` and ``ann .. cat .. = k``: k < N (named lists: their length).
+- integers right after a field are written with their separating space (``SINT``): the grammar's
+  ``%ignore`` would otherwise let ``loops b12`` read as ``loops b1 2`` when only ``b1`` exists, which the
+  codec (maximal munch) reads as ``b12``.  The encoder always writes that space.
+
+What a line grammar cannot know (the compute-at location count of ``at b = k``, reorder of nested loops,
+split factors of a value variable, tensorize preconditions) is checked when the line is complete, by
+applying it (``constrained.ScriptConstraint``); a line that fails there ends the attempt, which is counted
+and resampled.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import re
+
+from little_dragon.codec.kinds import CANDIDATES
+from little_dragon.generation.constrain_state import ScheduleState
+
+NEVER = r"/[^\s\S]/"  # a terminal that matches nothing (no such variable exists yet)
+MAX_LISTED_CANDIDATES = 16   # cat lists longer than this keep the generic decision rule (MetaSchedule's: <= 8)
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
+
+
+@functools.lru_cache(maxsize=1)
+def _base_lines() -> tuple[str, ...]:
+    from little_dragon.codec.grammar import grammar_text
+
+    return tuple(grammar_text().splitlines())
+
+
+def _alts(words: list[str]) -> str:
+    return " | ".join(json.dumps(w) for w in words) if words else NEVER
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _tile_rules(loops: dict[int, int | None]) -> list[str]:
+    """``tile l<k> [m=M] = t1 .. tN`` with t1*..*tN == extent(l<k>): ``g<r>`` is one or more factors whose
+    product is r, each a divisor of what remains; loops of unknown extent keep the generic decision."""
+    rules, alts, need = [], [], set()
+    for k, extent in sorted(loops.items()):
+        if extent is not None and extent > 0:
+            alts.append(f"tl{k}")
+            rules.append(f'tl{k}: "l{k}" o_m? "=" g{extent}')
+            need.update(_divisors(extent))
+        else:
+            alts.append(f"tg{k}")
+            rules.append(f'tg{k}: "l{k}" o_m? decision')
+    for r in sorted(need):
+        # the last factor is what remains; a 1 may repeat (unit levels are common)
+        body = [f'" {r}"'] + [f'" {d}" g{r // d}' for d in _divisors(r)]
+        rules.append(f"g{r}: " + " | ".join(body))
+    rules.insert(0, 'k_tile: "tile" (' + (" | ".join(alts) if alts else "NEVERTILE") + ")")
+    if not alts:
+        rules.append(f"NEVERTILE: {NEVER}")
+    return rules
+
+
+def _count_rule(name: str, mnemonic: str, counts: dict[int, int], loops: bool = False) -> list[str]:
+    """``mnemonic b<k> N`` with N the block's real count (a query that failed keeps any count);
+    ``loops``: the instruction may name a loop instead (``kids l<k> N``), whose count stays free."""
+    alts, rules = [], []
+    for k, n in sorted(counts.items()):
+        r = f"{name}_b{k}"
+        alts.append(r)
+        rules.append(f'{r}: "b{k}" ' + (f'" {n}"' if n >= 0 else "SINT"))
+    if loops:
+        alts.append(f"{name}_loop")
+        rules.append(f"{name}_loop: LREF SINT")
+    rules.insert(0, f'{name}: "{mnemonic}" (' + (" | ".join(alts) if alts else f"NEVER{name.upper()}") + ")")
+    if not alts:
+        rules.append(f"NEVER{name.upper()}: {NEVER}")
+    return rules
+
+
+def _index_rule(name: str, mnemonic: str, counts: dict[int, int]) -> list[str]:
+    """``cread b<k> i scope [c=...]``: i < the number of buffers the block reads (writes)."""
+    alts, rules = [], []
+    for k, n in sorted(counts.items()):
+        if n <= 0:
+            continue
+        alts.append(f"{name}_b{k}")
+        rules.append(f'{name}_b{k}: "b{k}" (' + " | ".join(f'" {i}"' for i in range(n)) + ")")
+    rules.insert(0, f'{name}: "{mnemonic}" (' + (" | ".join(alts) if alts else f"NEVER{name.upper()}")
+                 + ") name o_c?")
+    if not alts:
+        rules.append(f"NEVER{name.upper()}: {NEVER}")
+    return rules
+
+
+def _cat_rules() -> list[str]:
+    """Candidates then a decision that indexes them: ``cat c1 .. cN [~ p1 .. pN] = k`` with k < N."""
+    alts, rules = [], []
+    for n in range(1, MAX_LISTED_CANDIDATES + 1):
+        alts.append(f"cc{n}")
+        rules.append(f"cc{n}: " + " ".join(["SINT"] * n) + f" probs? dd{n}")
+        rules.append(f'dd{n}: "=" (' + " | ".join(f'" {i}"' for i in range(n)) + ")")
+    alts.append("ccmany")
+    rules.append("ccmany: " + " ".join(["SINT"] * (MAX_LISTED_CANDIDATES + 1)) + " SINT* probs? decision")
+    for name, cands in sorted(CANDIDATES.items()):
+        alts.append(f"cn_{name}")
+        rules.append(f'cn_{name}: "{name}" probs? dd{len(cands)}')
+    rules.insert(0, "catsel: " + " | ".join(alts))
+    return rules
+
+
+def _line_start(first: bool, finished: bool) -> str:
+    if finished:  # after `post *` only the end of the script (or blank lines)
+        return "start: _NL*"
+    if first:  # a script has at least one instruction
+        return "start: _NL* inst _NL?"
+    return "start: _NL* (inst _NL?)?"
+
+
+# rules replaced whole (their codec body is the generic one)
+_REPLACED = ("start:", "k_blk:", "k_loops:", "k_kids:", "k_prods:", "k_cons:", "k_cread:", "k_cwrite:",
+             "k_tile:", "k_cat:", "k_anncat:", "factor:", "decision:", "BREF:", "LREF:", "VREF:")
+
+
+def line_grammar(state: ScheduleState | None, first: bool = False, finished: bool = False) -> str:
+    """The Lark grammar (llguidance's dialect: the codec's, unchanged syntax) of the next line.
+
+    ``state`` None: syntax only (no workload known, or the facts could not be computed)."""
+    out: list[str] = []
+    for line in _base_lines():
+        if line.startswith(_REPLACED):
+            continue
+        # llguidance has no terminal priorities; Lark's FLOAT.2 only breaks ties that the parser state
+        # (an integer, a float or a name is expected) already decides here
+        line = re.sub(r"^([A-Z_]+)\.\d+:", r"\1:", line)
+        if line.startswith("k_"):
+            # every integer field of an instruction with its separating space (see the module docstring)
+            line = re.sub(r"\bINT\b", "SINT", line)
+        out.append(line)
+    out.append(_line_start(first, finished))
+    out.append('decision: "=" SINT+')
+    out.append("factor: NONE | SINT | VREF")
+    out.append(r"SINT: / -?[0-9]+/")
+    out.append('k_cat: "cat" (catsel | (SINT+ | NAME) probs?)')
+    out.append('k_anncat: "ann" ref_bl key "cat" catsel')
+    out += _cat_rules()
+    if state is None:
+        out += ["BREF: /b[0-9]+/", "LREF: /l[0-9]+/", "VREF: /v[0-9]+/",
+                'k_blk: "blk" name o_fn?', 'k_loops: "loops" BREF SINT', 'k_kids: "kids" ref_bl SINT',
+                'k_prods: "prods" BREF SINT', 'k_cons: "cons" BREF SINT', 'k_cread: "cread" BREF SINT name o_c?',
+                'k_cwrite: "cwrite" BREF SINT name o_c?', 'k_tile: "tile" LREF o_m? decision']
+        return "\n".join(out) + "\n"
+    out.append("BREF: " + _alts([f"b{k}" for k in sorted(state.blocks)]))
+    out.append("LREF: " + _alts([f"l{k}" for k in sorted(state.loops)]))
+    out.append("VREF: " + _alts([f"v{k}" for k in range(state.n_values)]))
+    names = []
+    for n in state.block_names:
+        names.append(json.dumps(n))
+        if NAME_RE.match(n):
+            names.append(n)
+    out.append('k_blk: "blk" BLKNAME o_fn?')
+    out.append("BLKNAME: " + _alts(names))
+    out += _count_rule("k_loops", "loops", state.n_loops_above)
+    out += _count_rule("k_kids", "kids", state.n_children, loops=True)
+    out += _count_rule("k_prods", "prods", state.n_producers)
+    out += _count_rule("k_cons", "cons", state.n_consumers)
+    out += _index_rule("k_cread", "cread", state.n_reads)
+    out += _index_rule("k_cwrite", "cwrite", state.n_writes)
+    out += _tile_rules(state.loops)
+    return "\n".join(out) + "\n"
