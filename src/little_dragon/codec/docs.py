@@ -1,7 +1,8 @@
 """Generated parts of docs/codec.md: the supported-kinds table (from TVM's registry) and the grammar."""
 from __future__ import annotations
 
-from little_dragon.codec.kinds import FORMS_DOC, kinds_table
+from little_dragon.codec.folds import FOLDS
+from little_dragon.codec.kinds import DERIVED_FORMS_DOC, kinds_table
 
 
 def kinds_markdown() -> str:
@@ -16,5 +17,6 @@ def kinds_markdown() -> str:
 def forms_markdown() -> str:
     """The folded and derived lines (one line for several instructions, or ``*`` for a derived part)."""
     out = ["| line | TVM kinds | meaning |", "|---|---|---|"]
-    out += [f"| `{form}` | {kinds} | {doc} |" for form, kinds, doc in FORMS_DOC]
+    forms = [(f.form, f"{f.first} + {f.second}", f.doc) for f in FOLDS] + list(DERIVED_FORMS_DOC)
+    out += [f"| `{form}` | {kinds} | {doc} |" for form, kinds, doc in forms]
     return "\n".join(out)

@@ -2,13 +2,18 @@
 
 One rule per instruction kind (``k_<mnemonic>``) lists its fields in order, then its options and the
 decision, so the grammar says exactly what each mnemonic takes; it can drive constrained decoding.
-``grammar_text()`` is the grammar as text (docs/codec.md shows it); ``parser()`` is the cached parser.
+``grammar_text()`` is the grammar as text (docs/codec.md shows it); ``parser()`` is the cached parser;
+``parse(text)`` parses a script and turns Lark's exceptions into ``DecodeError`` (line, column, what was
+expected in words, what was found), beside the grammar whose symbols those words describe.
 """
 from __future__ import annotations
 
 import functools
+from typing import Any
 
-from little_dragon.codec.kinds import AT_FOLD, BY_KIND, SPECS, TILE_FOLD, KindSpec
+from little_dragon.codec.errors import DecodeError
+from little_dragon.codec.folds import FOLDS
+from little_dragon.codec.kinds import BY_MNEMONIC, SPECS, KindSpec
 
 FIELD_SYMBOL = {
     "b": "BREF", "l": "LREF", "v": "VREF", "bl": "ref_bl", "factor": "factor", "value": "value", "lit": "value",
@@ -97,16 +102,9 @@ def _kind_rule(spec: KindSpec) -> str:
 
 
 def grammar_text() -> str:
-    tile = BY_KIND["SamplePerfectTile"]
-    inst = "?inst: " + "\n    | ".join([s.rule for s in SPECS] + [f"k_{TILE_FOLD}", f"k_{AT_FOLD}loc", "k_anncat"])
-    # folded pairs: SamplePerfectTile + Split (the tile's options, a decision always),
-    # SampleComputeLocation + ComputeAt (a block and a decision), SampleCategorical + Annotate
-    fold = f'k_{TILE_FOLD}: "{TILE_FOLD}" LREF ' + " ".join(f"o_{o.name}?" for o in tile.options if o.name != "n")
-    at_fold = f'k_{AT_FOLD}loc: "{AT_FOLD}" BREF decision'
-    ann, cat = BY_KIND["Annotate"], BY_KIND["SampleCategorical"]
-    ann_cat = (f'k_anncat: "{ann.mnemonic}" ' + " ".join(FIELD_SYMBOL[f.type] for f in ann.fields[:2])
-               + f' "{cat.mnemonic}" (INT+ | NAME) probs? decision')
-    kinds = "\n".join([_kind_rule(s) for s in SPECS] + [fold + " decision", at_fold, ann_cat])
+    # one rule per kind, then one per folded pair (folds.FOLDS: each fold's rule lives in its table entry)
+    inst = "?inst: " + "\n    | ".join([s.rule for s in SPECS] + [f.rule for f in FOLDS])
+    kinds = "\n".join([_kind_rule(s) for s in SPECS] + [f.rule_text(FIELD_SYMBOL) for f in FOLDS])
     opts = sorted({o.name for s in SPECS for o in s.options})
     options = "\n".join(f'o_{n}: "{n}=" value' for n in opts)
     return f"{inst}\n{kinds}\n{options}\n{_COMMON}"
@@ -118,3 +116,58 @@ def parser():
 
     return Lark(grammar_text(), parser="lalr", lexer="contextual", propagate_positions=True,
                 maybe_placeholders=False)
+
+
+# ------------------------------------------------------------------------- syntax errors, in words
+def parse(text: str) -> Any:
+    """Script text -> Lark tree (raises DecodeError with line/column/expected/found)."""
+    from lark.exceptions import UnexpectedInput
+
+    if not isinstance(text, str):
+        raise DecodeError(f"a script is text, got {type(text).__name__}")
+    if text and not text.endswith("\n"):
+        text += "\n"
+    try:
+        return parser().parse(text)
+    except UnexpectedInput as e:
+        raise _lark_error(e, text) from None
+
+
+def _describe(tokens: Any) -> str:
+    names = sorted({HUMAN.get(t, t.strip('"').lower() if t.isupper() else t) for t in tokens})
+    if len(names) > 12:
+        names = names[:12] + ["..."]
+    return " or ".join(names) if names else "nothing"
+
+
+def _lark_error(e: Exception, text: str) -> DecodeError:
+    from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
+
+    if isinstance(e, UnexpectedToken):
+        tok = e.token
+        found = "end of line" if tok.type == "_NL" else ("end of script" if tok.type == "$END" else repr(str(tok)))
+        expected = _expected_names(e)
+        line = tok.line if tok.line is not None else text.count("\n") + 1
+        col = tok.column if tok.column is not None else 1
+        return DecodeError("syntax error", line=line, column=col, expected=expected, found=found)
+    if isinstance(e, UnexpectedCharacters):
+        found = repr(text[e.pos_in_stream:e.pos_in_stream + 12].split("\n")[0])
+        return DecodeError("syntax error", line=e.line, column=e.column, expected=_describe(e.allowed or ()),
+                           found=found)
+    if isinstance(e, UnexpectedEOF):
+        return DecodeError("unexpected end of script", line=text.count("\n") + 1, column=1,
+                           expected=_describe(e.expected), found="end of script")
+    return DecodeError(f"syntax error: {e}", line=1, column=1)
+
+
+def _expected_names(e: Any) -> str:
+    names = []
+    for t in sorted(e.expected):
+        if t.startswith("K_") or t.isupper() and t.lower() in BY_MNEMONIC:
+            continue
+        names.append(t)
+    mnemonics = [t for t in e.expected if t.lower() in BY_MNEMONIC]
+    out = _describe(names)
+    if mnemonics:
+        out = (out + " or " if names else "") + "an instruction mnemonic"
+    return out

@@ -26,7 +26,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from typing import Callable
+import re
+from typing import Any, Callable
 
 from little_dragon.codec.errors import EncodeError
 
@@ -34,6 +35,7 @@ BINOPS = {"prim.Add": "+", "prim.Sub": "-", "prim.Mul": "*", "prim.FloorDiv": "/
 CALLS = {"prim.Min": "min", "prim.Max": "max"}
 PREC = {"+": 1, "-": 1, "*": 2, "//": 2, "%": 2}
 
+_RV_RE = re.compile(r"([blv])([0-9]+)\Z")  # a script variable name
 DEFAULT_SOURCE = "<str>"  # TVMScript's source name for parsed text
 SpanT = tuple  # (source_name, line, column, end_line, end_column), as TVM serializes an ir.Span
 Expr = tuple  # ("var", name) | ("int", value) | ("ref", k) | (op, lhs, rhs) op in PREC | ("min"|"max", a, b)
@@ -51,6 +53,7 @@ class Lambda:
     inverse: "Lambda | None" = None  # the stored inverse map (same dtype; its own pretty flag is unused)
 
 
+# ------------------------------------------------------------------------------- printer (encoder)
 def parse_graph(text: str) -> Lambda:
     """TVM's serialized IndexMap -> Lambda (free variables keep their TVM names)."""
     try:
@@ -291,3 +294,105 @@ def _build_map(lam: Lambda, dt: str, free: dict, inverse=None):
     for e in lam.lets:
         built.append(build(e))
     return tirx.IndexMap([variables[p] for p in lam.params], [build(e) for e in lam.body], inverse)
+
+
+# -------------------------------------------------------------------------------- parser (decoder)
+def read_map(node: Any, dec: Any, pretty_default: bool) -> str:
+    """A parsed ``imap`` (the grammar's Lark tree) -> TVM's serialized IndexMap.
+
+    ``dec`` is the script decoder: it resolves the free value variables (``v<k>``, its ``ref``) and makes
+    errors that name line and column (its ``err``)."""
+    return _MapReader(dec).read(node, pretty_default)
+
+
+class _MapReader:
+    """The parser side of the lambdas ``format_lambda`` prints (the grammar is grammar.py's ``imap``)."""
+
+    def __init__(self, dec: Any) -> None:
+        self.dec = dec
+
+    def read(self, node: Any, pretty_default: bool) -> str:
+        from lark import Token, Tree
+
+        flags = {c.type for c in node.children if isinstance(c, Token)}
+        inverse = next((c for c in node.children if isinstance(c, Tree) and c.data == "inverse"), None)
+        dtype = "int64" if "I64" in flags else "int32"
+        lam = dataclasses.replace(
+            self.map_part(node), dtype=dtype, pretty=pretty_default != ("BANG" in flags),
+            inverse=dataclasses.replace(self.map_part(inverse), dtype=dtype) if inverse is not None else None)
+        return to_graph_json(lam)
+
+    def map_part(self, node: Any) -> Lambda:
+        """``indices;lets->body`` of a map or of its inverse (its own scope of indices, spans and lets)."""
+        from lark import Token, Tree
+
+        indices = [c for c in node.children if isinstance(c, Tree) and c.data == "index"]
+        params = [str(c.children[0]) for c in indices]
+        if len(set(params)) != len(params):
+            raise self.dec.err("repeated index name in index map", node)
+        spans, param_spans = self.index_spans(indices)
+        lets: list = []
+        body = []
+        for c in node.children:
+            if isinstance(c, Token) or c.data in ("index", "inverse"):
+                continue
+            if c.data == "let":
+                if str(c.children[0]) != f"${len(lets)}":
+                    raise self.dec.err("shared sub-expressions are numbered in order", c.children[0],
+                                       expected=f"${len(lets)}", found=str(c.children[0]))
+                lets.append(self.expr(c.children[1], set(params), len(lets)))
+            else:
+                body.append(self.expr(c, set(params), len(lets)))
+        return Lambda(tuple(params), tuple(body), lets=tuple(lets), spans=spans, param_spans=param_spans)
+
+    def index_spans(self, indices: list) -> tuple[tuple, tuple[int, ...]]:
+        """``@line:col-end[:end_col]["source"]`` starts a new span object, ``@k`` reuses the k-th."""
+        spans: list[tuple] = []
+        per_index: list[int] = []
+        for c in indices:
+            if len(c.children) == 1:
+                per_index.append(-1)
+                continue
+            tok = c.children[1]
+            body = str(tok)[1:]
+            if ":" not in body:
+                k = int(body)
+                if k >= len(spans):
+                    raise self.dec.err("undefined span reference", tok,
+                                       expected=f"@0..@{len(spans) - 1}" if spans else "a span @line:col-end",
+                                       found=str(tok))
+                if len(c.children) > 2:
+                    raise self.dec.err("a span reference takes no source name", c.children[2], expected="',' or ';'")
+                per_index.append(k)
+                continue
+            start, end = body.split("-")
+            line, col = map(int, start.split(":"))
+            end_line, end_col = map(int, end.split(":")) if ":" in end else (line, int(end))
+            source = json.loads(c.children[2]) if len(c.children) > 2 else DEFAULT_SOURCE
+            spans.append((source, line, col, end_line, end_col))
+            per_index.append(len(spans) - 1)
+        return tuple(spans), (tuple(per_index) if spans else ())
+
+    def expr(self, node: Any, params: set[str], n_lets: int) -> tuple:
+        d, ch = node.data, node.children
+        if d == "iref":
+            k = int(str(ch[0])[1:])
+            if k >= n_lets:
+                raise self.dec.err("undefined shared sub-expression", ch[0], expected=f"$0..${n_lets - 1}",
+                                   found=str(ch[0]))
+            return ("ref", k)
+        if d == "ivar":
+            name = str(ch[0])
+            if name in params:
+                return ("var", name)
+            if _RV_RE.match(name) and name[0] == "v":
+                return ("var", self.dec.ref(ch[0], "v"))
+            raise self.dec.err("undefined name in index map", ch[0], expected="an index of the map or a value v<N>",
+                               found=name)
+        if d == "iint":
+            return ("int", int(ch[0]))
+        if d == "icall":
+            return (str(ch[0]), self.expr(ch[1], params, n_lets), self.expr(ch[2], params, n_lets))
+        if d == "binop":
+            return (str(ch[1]), self.expr(ch[0], params, n_lets), self.expr(ch[2], params, n_lets))
+        return self.expr(ch[0], params, n_lets)

@@ -155,20 +155,7 @@ THREAD_ABBREV: dict[str, str] = {
 THREAD_FULL: dict[str, str] = {v: k for k, v in THREAD_ABBREV.items()}
 MS_KEY_PREFIX = "meta_schedule."
 
-# Folded pair: SamplePerfectTile immediately followed by the Split of the same loop by exactly its values
-# (MetaSchedule's multi-level tiling always does this) is one line, ``tile L = t1 .. tN``.
-TILE_FOLD = "tile"
-TILE_FOLD_DOC = ("`tile L [m=M] = t1 .. tN`: SamplePerfectTile of L followed by Split of L by the N sampled "
-                 "values (defines N values, then N loops)")
-# Folded pair: SampleComputeLocation of B immediately followed by ComputeAt of B at the sampled loop (usual
-# options) is ``at B = k`` (MetaSchedule's RandomComputeLocation).
-AT_FOLD = "at"
-AT_FOLD_DOC = ("`at B = k`: SampleComputeLocation of B (decision k) followed by ComputeAt of B at the sampled loop "
-               "(defines one loop)")
-# Folded pair: SampleCategorical immediately followed by an Annotate whose value is the sampled variable
-# (MetaSchedule's unroll and cooperative-fetch choices) is ``ann B KEY cat CANDS = k``.
-CAT_FOLD_DOC = ("`ann B KEY cat c1 .. cN = k` (or a named list): SampleCategorical (decision k) followed by "
-                "Annotate of B with the sampled value (defines one value)")
+# Folded pairs (tile, at, ann … cat) are one table entry each in folds.py.
 # ``*`` in place of a derived part: ``reorder *`` (derive.py), ``post *`` (postproc.py)
 DERIVED = "*"
 TILING_KEY = "meta_schedule.tiling_structure"
@@ -177,11 +164,8 @@ REORDER_DOC = ("`reorder *`: the order MetaSchedule's multi-level tiling gives t
                "tile, level 1 of every spatial tile, level 0 of every reduction tile, ...)")
 POST_DOC = ("`post *` (last line): EnterPostproc and what the target's post-processors do, re-derived from "
             "the workload and target at decode time (needs a PostprocContext)")
-# the folded and derived lines, for docs/codec.md: (form, TVM kinds, meaning)
-FORMS_DOC: tuple[tuple[str, str, str], ...] = (
-    ("tile", "SamplePerfectTile + Split", TILE_FOLD_DOC),
-    ("at … =", "SampleComputeLocation + ComputeAt", AT_FOLD_DOC),
-    ("ann … cat", "SampleCategorical + Annotate", CAT_FOLD_DOC),
+# the derived lines, for docs/codec.md (after the folded ones, folds.FOLDS): (form, TVM kinds, meaning)
+DERIVED_FORMS_DOC: tuple[tuple[str, str, str], ...] = (
     ("reorder *", "Reorder", REORDER_DOC),
     ("post *", "EnterPostproc + post-processing", POST_DOC),
 )

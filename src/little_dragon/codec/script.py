@@ -1,5 +1,9 @@
 """encode: trace JSON -> script text; decode: script text -> trace JSON.  Both driven by ``kinds.SPECS``.
 
+Encoder and decoder stay side by side here: reading them together is how losslessness is reviewed.  What
+they share lives beside them: folded pairs in ``folds`` (one table entry per fold), IndexMap lambdas in
+``indexmap`` (printer and parser), the grammar and its syntax-error messages in ``grammar``.
+
 Variables are never written where they are defined: the k-th block an instruction defines is ``b<k>``,
 loops ``l<k>``, values ``v<k>``, each counted separately in order of definition.  TVM's own JSON names them
 from one shared counter (``b0 l1 l2 v3 ...``); both namings are fixed by the instruction order, so the
@@ -7,7 +11,6 @@ mapping between them is exact.  Sampling decisions are written after ``=`` on th
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from typing import Any
@@ -15,19 +18,19 @@ from typing import Any
 from little_dragon.codec import derive, indexmap
 from little_dragon.codec.canonical import canonical_json, dumps
 from little_dragon.codec.errors import DecodeError, EncodeError
-from little_dragon.codec.grammar import HUMAN, parser
-from little_dragon.codec.kinds import (AT_FOLD, BY_KIND, BY_MNEMONIC, CANDIDATES, CANDIDATES_NAME, DERIVED,
-                                      INTRIN_ABBREV, INTRIN_FULL, KEY_ABBREV, KEY_FULL, MS_KEY_PREFIX, THREAD_ABBREV,
-                                      THREAD_FULL, TILE_FOLD, KindSpec)
+from little_dragon.codec.folds import BY_RULE as FOLD_BY_RULE
+from little_dragon.codec.folds import fold_at
+from little_dragon.codec.grammar import HUMAN, parse
+from little_dragon.codec.kinds import (BY_KIND, BY_MNEMONIC, CANDIDATES, CANDIDATES_NAME, DERIVED, INTRIN_ABBREV,
+                                      INTRIN_FULL, KEY_ABBREV, KEY_FULL, MS_KEY_PREFIX, THREAD_ABBREV, THREAD_FULL,
+                                      KindSpec)
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
-_RV_RE = re.compile(r"([blv])([0-9]+)\Z")
 _RV_KIND = {"b": "block", "l": "loop", "v": "value"}
-
-
 
 # Most outputs one instruction may define (GetLoops of a deep nest has ~10; splits up to ~8).
 MAX_OUTPUTS = 4096
+
 
 def _same(a: Any, b: Any) -> bool:
     return dumps(a) == dumps(b)
@@ -209,47 +212,6 @@ class _Encoder:
             self.total += 1
 
 
-def _tile_split_fold(insts: list, by_index: dict[int, Any], i: int) -> bool:
-    """Instruction i is a SamplePerfectTile (with its decision) that the next instruction splits its loop by,
-    exactly: Split(loop, *its values) with the usual attributes and as many loops out as values."""
-    a = insts[i]
-    if i + 1 >= len(insts) or not (isinstance(a, list) and len(a) == 4 and a[0] == "SamplePerfectTile"):
-        return False
-    b = insts[i + 1]
-    if not (isinstance(b, list) and len(b) == 4 and b[0] == "Split") or (i + 1) in by_index:
-        return False
-    d = by_index.get(i)
-    if not (isinstance(d, list) and isinstance(a[1], list) and isinstance(a[3], list) and len(d) == len(a[3])):
-        return False
-    return (_same(b[1], list(a[1][:1]) + list(a[3])) and _same(b[2], [1, 0]) and isinstance(b[3], list)
-            and len(b[3]) == len(a[3]))
-
-
-def _at_fold(insts: list, by_index: dict[int, Any], i: int) -> bool:
-    """Instruction i is a SampleComputeLocation (with its decision) of a block that the next instruction
-    computes at the sampled loop, with ComputeAt's usual options."""
-    a = insts[i]
-    if i + 1 >= len(insts) or not (isinstance(a, list) and len(a) == 4 and a[0] == "SampleComputeLocation"):
-        return False
-    b = insts[i + 1]
-    if not (isinstance(b, list) and len(b) == 4 and b[0] == "ComputeAt") or (i + 1) in by_index:
-        return False
-    return (type(by_index.get(i)) is int and isinstance(a[1], list) and isinstance(a[3], list) and len(a[3]) == 1
-            and _same(b[1], list(a[1]) + list(a[3])) and _same(b[2], [1, -1]) and _same(b[3], []))
-
-
-def _cat_ann_fold(insts: list, by_index: dict[int, Any], i: int) -> bool:
-    """Instruction i is a SampleCategorical (with its decision) whose value the next instruction annotates."""
-    a = insts[i]
-    if i + 1 >= len(insts) or not (isinstance(a, list) and len(a) == 4 and a[0] == "SampleCategorical"):
-        return False
-    b = insts[i + 1]
-    if not (isinstance(b, list) and len(b) == 4 and b[0] == "Annotate") or (i + 1) in by_index:
-        return False
-    return (type(by_index.get(i)) is int and isinstance(a[3], list) and len(a[3]) == 1
-            and isinstance(b[1], list) and len(b[1]) == 2 and b[1][1] == a[3][0] and _same(b[3], []))
-
-
 def _postproc_start(insts: list) -> int | None:
     return next((k for k, inst in enumerate(insts)
                  if isinstance(inst, list) and inst and inst[0] == "EnterPostproc"), None)
@@ -288,19 +250,13 @@ def encode(trace_json: Any, context: Any = None) -> str:
     i = 0
     while i < end:
         enc.i = i
-        fold = i + 1 < end and (_tile_split_fold(insts, by_index, i) or _at_fold(insts, by_index, i)
-                                or _cat_ann_fold(insts, by_index, i))
+        fold = fold_at(insts, by_index, i, end)
         line = enc.instruction(insts[i], by_index.get(i))
         if insts[i][0] == "Reorder" and i not in by_index and derive.reorder_is_derived(insts[:i], insts[i]):
             line = f"{BY_KIND['Reorder'].mnemonic} {DERIVED}"
         if fold:
             enc.i = i + 1
-            second = enc.instruction(insts[i + 1], None)  # checks it and defines its outputs
-            first = BY_KIND[insts[i][0]].mnemonic
-            if insts[i][0] == "SampleCategorical":  # `ann B KEY v<k>` + `cat ...` -> `ann B KEY cat ...`
-                line = second.rsplit(" ", 1)[0] + " " + line
-            else:
-                line = (TILE_FOLD if insts[i][0] == "SamplePerfectTile" else AT_FOLD) + line[len(first):]
+            line = fold.write(line, enc.instruction(insts[i + 1], None))  # checks the second, defines its outputs
         lines.append(line)
         i += 2 if fold else 1
     if derived:
@@ -309,46 +265,6 @@ def encode(trace_json: Any, context: Any = None) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- decode
-def _describe(tokens: Any) -> str:
-    names = sorted({HUMAN.get(t, t.strip('"').lower() if t.isupper() else t) for t in tokens})
-    if len(names) > 12:
-        names = names[:12] + ["..."]
-    return " or ".join(names) if names else "nothing"
-
-
-def _lark_error(e: Exception, text: str) -> DecodeError:
-    from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
-
-    if isinstance(e, UnexpectedToken):
-        tok = e.token
-        found = "end of line" if tok.type == "_NL" else ("end of script" if tok.type == "$END" else repr(str(tok)))
-        expected = _expected_names(e)
-        line = tok.line if tok.line is not None else text.count("\n") + 1
-        col = tok.column if tok.column is not None else 1
-        return DecodeError("syntax error", line=line, column=col, expected=expected, found=found)
-    if isinstance(e, UnexpectedCharacters):
-        found = repr(text[e.pos_in_stream:e.pos_in_stream + 12].split("\n")[0])
-        return DecodeError("syntax error", line=e.line, column=e.column, expected=_describe(e.allowed or ()),
-                           found=found)
-    if isinstance(e, UnexpectedEOF):
-        return DecodeError("unexpected end of script", line=text.count("\n") + 1, column=1,
-                           expected=_describe(e.expected), found="end of script")
-    return DecodeError(f"syntax error: {e}", line=1, column=1)
-
-
-def _expected_names(e: Any) -> str:
-    names = []
-    for t in sorted(e.expected):
-        if t.startswith("K_") or t.isupper() and t.lower() in BY_MNEMONIC:
-            continue
-        names.append(t)
-    mnemonics = [t for t in e.expected if t.lower() in BY_MNEMONIC]
-    out = _describe(names)
-    if mnemonics:
-        out = (out + " or " if names else "") + "an instruction mnemonic"
-    return out
-
-
 class _Decoder:
     def __init__(self) -> None:
         self.defined: dict[str, str] = {}  # script name -> TVM name
@@ -366,7 +282,7 @@ class _Decoder:
             raise self.err("wrong variable type", tok, expected=" or ".join(HUMAN[t.upper() + "REF"] for t in types))
         if name not in self.defined:
             n = self.counts[name[0]]
-            have = f"{name[0]}0..{name[0]}{n - 1}" if n else f"none defined yet"
+            have = f"{name[0]}0..{name[0]}{n - 1}" if n else "none defined yet"
             raise self.err(f"undefined {_RV_KIND[name[0]]} variable", tok,
                            expected=f"a {_RV_KIND[name[0]]} defined earlier ({have})", found=name)
         return self.defined[name]
@@ -435,94 +351,8 @@ class _Decoder:
                 return THREAD_ABBREV.get(s, s)
             return s
         if ftype == "map":
-            return self.index_map(node, pretty_default=True)
+            return indexmap.read_map(node, self, pretty_default=True)
         raise self.err(f"internal: unknown field type {ftype}", tok)
-
-    def index_map(self, node: Any, pretty_default: bool) -> str:
-        from lark import Token, Tree
-
-        flags = {c.type for c in node.children if isinstance(c, Token)}
-        inverse = next((c for c in node.children if isinstance(c, Tree) and c.data == "inverse"), None)
-        dtype = "int64" if "I64" in flags else "int32"
-        lam = dataclasses.replace(
-            self.map_part(node), dtype=dtype, pretty=pretty_default != ("BANG" in flags),
-            inverse=dataclasses.replace(self.map_part(inverse), dtype=dtype) if inverse is not None else None)
-        return indexmap.to_graph_json(lam)
-
-    def map_part(self, node: Any) -> indexmap.Lambda:
-        """``indices;lets->body`` of a map or of its inverse (its own scope of indices, spans and lets)."""
-        from lark import Token, Tree
-
-        indices = [c for c in node.children if isinstance(c, Tree) and c.data == "index"]
-        params = [str(c.children[0]) for c in indices]
-        if len(set(params)) != len(params):
-            raise self.err("repeated index name in index map", node)
-        spans, param_spans = self.index_spans(indices)
-        lets: list = []
-        body = []
-        for c in node.children:
-            if isinstance(c, Token) or c.data in ("index", "inverse"):
-                continue
-            if c.data == "let":
-                if str(c.children[0]) != f"${len(lets)}":
-                    raise self.err("shared sub-expressions are numbered in order", c.children[0],
-                                   expected=f"${len(lets)}", found=str(c.children[0]))
-                lets.append(self.expr(c.children[1], set(params), len(lets)))
-            else:
-                body.append(self.expr(c, set(params), len(lets)))
-        return indexmap.Lambda(tuple(params), tuple(body), lets=tuple(lets), spans=spans, param_spans=param_spans)
-
-    def index_spans(self, indices: list) -> tuple[tuple, tuple[int, ...]]:
-        """``@line:col-end[:end_col]["source"]`` starts a new span object, ``@k`` reuses the k-th."""
-        spans: list[tuple] = []
-        per_index: list[int] = []
-        for c in indices:
-            if len(c.children) == 1:
-                per_index.append(-1)
-                continue
-            tok = c.children[1]
-            body = str(tok)[1:]
-            if ":" not in body:
-                k = int(body)
-                if k >= len(spans):
-                    raise self.err("undefined span reference", tok,
-                                   expected=f"@0..@{len(spans) - 1}" if spans else "a span @line:col-end",
-                                   found=str(tok))
-                if len(c.children) > 2:
-                    raise self.err("a span reference takes no source name", c.children[2], expected="',' or ';'")
-                per_index.append(k)
-                continue
-            start, end = body.split("-")
-            line, col = map(int, start.split(":"))
-            end_line, end_col = map(int, end.split(":")) if ":" in end else (line, int(end))
-            source = json.loads(c.children[2]) if len(c.children) > 2 else indexmap.DEFAULT_SOURCE
-            spans.append((source, line, col, end_line, end_col))
-            per_index.append(len(spans) - 1)
-        return tuple(spans), (tuple(per_index) if spans else ())
-
-    def expr(self, node: Any, params: set[str], n_lets: int) -> tuple:
-        d, ch = node.data, node.children
-        if d == "iref":
-            k = int(str(ch[0])[1:])
-            if k >= n_lets:
-                raise self.err("undefined shared sub-expression", ch[0], expected=f"$0..${n_lets - 1}",
-                               found=str(ch[0]))
-            return ("ref", k)
-        if d == "ivar":
-            name = str(ch[0])
-            if name in params:
-                return ("var", name)
-            if _RV_RE.match(name) and name[0] == "v":
-                return ("var", self.ref(ch[0], "v"))
-            raise self.err("undefined name in index map", ch[0], expected="an index of the map or a value v<N>",
-                           found=name)
-        if d == "iint":
-            return ("int", int(ch[0]))
-        if d == "icall":
-            return (str(ch[0]), self.expr(ch[1], params, n_lets), self.expr(ch[2], params, n_lets))
-        if d == "binop":
-            return (str(ch[1]), self.expr(ch[0], params, n_lets), self.expr(ch[2], params, n_lets))
-        return self.expr(ch[0], params, n_lets)
 
     def define(self, t: str, n: int) -> list[str]:
         outputs = []
@@ -533,27 +363,6 @@ class _Decoder:
             self.total += 1
             outputs.append(tvm_name)
         return outputs
-
-    def tile_split(self, tree: Any, index: int) -> list[tuple[list, Any]]:
-        """``tile L = t1 .. tN``: SamplePerfectTile of L, then Split of L by its N values."""
-        tile, decision = self.instruction(tree, index, BY_KIND["SamplePerfectTile"])
-        split = ["Split", tile[1] + tile[3], [1, 0], self.define("l", len(tile[3]))]
-        return [(tile, decision), (split, None)]
-
-    def annotate_categorical(self, tree: Any, index: int) -> list[tuple[list, Any]]:
-        """``ann B KEY cat CANDS = k``: SampleCategorical, then Annotate of B with the sampled value."""
-        from lark import Tree
-
-        target, key = tree.children[:2]
-        cat_tree = Tree("k_cat", tree.children[2:], tree.meta)
-        cat, decision = self.instruction(cat_tree, index, BY_KIND["SampleCategorical"])
-        ann = ["Annotate", [self.field("bl", target, "in"), cat[3][0]], [self.field("key", key, "at")], []]
-        return [(cat, decision), (ann, None)]
-
-    def at_location(self, tree: Any, index: int) -> list[tuple[list, Any]]:
-        """``at B = k``: SampleComputeLocation of B, then ComputeAt of B at the sampled loop."""
-        loc, decision = self.instruction(tree, index, BY_KIND["SampleComputeLocation"])
-        return [(loc, decision), (["ComputeAt", loc[1] + loc[3], [1, -1], []], None)]
 
     def instruction(self, tree: Any, index: int, spec: KindSpec | None = None) -> tuple[list, Any]:
         from lark import Tree
@@ -638,20 +447,6 @@ class _Decoder:
         return [spec.kind, inputs, attrs, outputs], decision
 
 
-def parse(text: str) -> Any:
-    """Script text -> Lark tree (raises DecodeError with line/column/expected/found)."""
-    from lark.exceptions import UnexpectedInput
-
-    if not isinstance(text, str):
-        raise DecodeError(f"a script is text, got {type(text).__name__}")
-    if text and not text.endswith("\n"):
-        text += "\n"
-    try:
-        return parser().parse(text)
-    except UnexpectedInput as e:
-        raise _lark_error(e, text) from None
-
-
 def _is_derived_post(node: Any) -> bool:
     return node.data == BY_KIND["EnterPostproc"].rule and bool(node.children)
 
@@ -683,12 +478,8 @@ def decode_with_lines(text: str, context: Any = None) -> tuple[list, list[int]]:
                 raise dec.err("`reorder *` follows the `tile` lines of a multi-level tiling", node,
                               expected="a `tiling` annotation and its `tile` lines right before", found="reorder *")
             pairs = [(["Reorder", order, [], []], None)]
-        elif node.data == f"k_{TILE_FOLD}":
-            pairs = dec.tile_split(node, len(insts))
-        elif node.data == f"k_{AT_FOLD}loc":
-            pairs = dec.at_location(node, len(insts))
-        elif node.data == "k_anncat":
-            pairs = dec.annotate_categorical(node, len(insts))
+        elif node.data in FOLD_BY_RULE:
+            pairs = FOLD_BY_RULE[node.data].read(dec, node, len(insts))
         else:
             pairs = [dec.instruction(node, len(insts))]
         for inst, decision in pairs:
