@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "params": "little_dragon.params_cli",
     "codec": "little_dragon.codec.cli",
     "evaluate": "little_dragon.evaluator.cli",
+    "agreement": "little_dragon.evaluator.agreement",
     "workloads": "little_dragon.workloads.cli",
     "harvest": "little_dragon.harvest.cli",
     "datasets": "little_dragon.datasets.cli",
