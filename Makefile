@@ -25,3 +25,7 @@ test-fast: setup
 # ruff (rules in pyproject.toml); CI runs it after the tests (.ci/run)
 lint: setup
 	ruff check src tests flows benchmarks scripts
+
+# Prefect UI + MLflow UI + the served scheduled-retraining deployment on 127.0.0.1 (README, "Operations")
+services: setup
+	dragon services up

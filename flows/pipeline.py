@@ -260,7 +260,10 @@ def pipeline(profile: str = "default", target: str = "", model: str = "", stages
     profile: configs/profiles/<name>.yaml overlay on params.yaml ("default": params.yaml as is);
     target: llvm, cuda or a JSON TVM target (harvest.target); model: tiny, gguf, champion (warm start from
     the registry's @champion) or a local HF directory ("": params.yaml's sft.model)."""
+    import os
+
     logger = get_run_logger()
+    os.chdir(ROOT)  # stage commands use paths relative to the project, as under `dvc repro`
     t0 = time.time()
     overlay: dict[str, Any] = {}
     for part in (profile_overlay(profile), target_overlay(target), model_overlay(model, logger)):

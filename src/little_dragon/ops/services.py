@@ -22,6 +22,7 @@ from little_dragon.ops.config import RetrainingConfig
 from little_dragon.prefect_api import exit_on_signals, spawn, stop, wait_http
 
 log = logging.getLogger(__name__)
+logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per readiness poll is noise
 HOST = "127.0.0.1"
 
 
@@ -56,11 +57,11 @@ def _alive(pid: int) -> bool:
 
 
 def tracking_store(root: Path = PROJECT_ROOT) -> tuple[str, str]:
-    """(backend store URI, artifact root) the stages write to: the MLflow server serves these same ones."""
-    from little_dragon.tracking import artifact_root, tracking_uri
-
-    uri = tracking_uri()
-    return uri, artifact_root()
+    """(backend store URI, artifact root) the stages of the project at ``root`` write to (``tracking.py``'s
+    convention: ``MLFLOW_TRACKING_URI``, else ``<root>/mlflow.db`` with artifacts in ``<root>/mlartifacts``);
+    the MLflow server serves these same ones."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(root) / 'mlflow.db'}"
+    return uri, (Path(root) / "mlartifacts").as_uri()
 
 
 def start_services(cfg: RetrainingConfig, root: Path = PROJECT_ROOT, serve_deployment: bool = True,
