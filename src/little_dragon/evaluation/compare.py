@@ -63,7 +63,7 @@ def compare_attempts(a: pd.DataFrame, b: pd.DataFrame, name_a: str = "A", name_b
                      tie_tolerance: float = 0.02, method: str = "model") -> Comparison:
     pa = best_per_prompt(a[a["method"] == method]).set_index("prompt_id")
     pb = best_per_prompt(b[b["method"] == method]).set_index("prompt_id")
-    both = pa.join(pb, lsuffix="_a", rsuffix="_b", how="inner")
+    both = pa.add_suffix("_a").join(pb.add_suffix("_b"), how="inner")
     tasks: dict[str, TaskCount] = {}
     for task in ("construction", "refinement"):
         t = both[both["task_a"] == task]

@@ -24,7 +24,18 @@ def main(args: argparse.Namespace) -> int:
 
     cfg = load_section("promotion", overrides=parse_overrides(args.set) or None)
     name = args.model_name or load_section("project").model_name
-    d = promote(args.eval, name, cfg, dry_run=args.dry_run)
+    def evaluate_champion(uri: str) -> None:
+        """The champion under the candidate's protocol: the same evaluation, into <eval>/../champion."""
+        from pathlib import Path
+
+        from little_dragon.evaluation.cli import load_configs
+        from little_dragon.evaluation.stage import evaluate_model
+
+        summary = json.loads((Path(args.eval) / "summary.json").read_text())
+        ecfg, gen, ev, timing = load_configs(target=summary["target"])
+        evaluate_model(uri, Path(args.eval).parent / "champion", ecfg, gen, ev, timing, name="champion")
+
+    d = promote(args.eval, name, cfg, dry_run=args.dry_run, evaluate_champion=evaluate_champion)
     out = {"promoted": d.promoted, "candidate": d.candidate, "champion_before": d.champion, "reason": d.reason}
     if args.decision:
         atomic.write_json(args.decision, {**out, "evidence": d.evidence}, indent=1, default=str)

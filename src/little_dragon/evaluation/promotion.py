@@ -17,7 +17,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -85,8 +85,13 @@ def decide(candidate: pd.DataFrame, champion: pd.DataFrame | None, cfg: Promotio
                   f"not worse: correctness {iv.diff:+.3f} ({ci}); no speedup to compare"), ev
 
 
-def promote(eval_dir: str | Path, registered_model: str, cfg: PromotionConfig, dry_run: bool = False) -> Decision:
-    """Gate the candidate evaluated in ``eval_dir`` (its summary names the registry version)."""
+def promote(eval_dir: str | Path, registered_model: str, cfg: PromotionConfig, dry_run: bool = False,
+            evaluate_champion: Callable[[str], Any] | None = None) -> Decision:
+    """Gate the candidate evaluated in ``eval_dir`` (its summary names the registry version).
+
+    ``evaluate_champion(uri)``, when given, is called for a champion without an evaluation under the
+    candidate's protocol (it must run the same evaluation, which tags the version); otherwise that case is
+    refused with the command to run."""
     from mlflow import MlflowClient
 
     from little_dragon import tracking
@@ -115,6 +120,12 @@ def promote(eval_dir: str | Path, registered_model: str, cfg: PromotionConfig, d
         return Decision(False, "candidate is already the champion", cand_label, champion_label, {})
     champ_pp = None
     if champ_v is not None:
+        stale = champ_v.tags.get("sealed.protocol") != summary["protocol"] or "sealed.eval_run_id" not in champ_v.tags
+        if stale and evaluate_champion is not None:
+            log.info("champion %s has no evaluation under protocol %s: evaluating it now", champion_label,
+                     summary["protocol"])
+            evaluate_champion(f"models:/{registered_model}/{champ_v.version}")
+            champ_v = client.get_model_version(registered_model, champ_v.version)
         if champ_v.tags.get("sealed.protocol") != summary["protocol"] or "sealed.eval_run_id" not in champ_v.tags:
             reason = (f"champion {champion_label} has no sealed evaluation under protocol {summary['protocol']} "
                       f"(has {champ_v.tags.get('sealed.protocol')}): evaluate it with `dragon eval run --model "

@@ -1,0 +1,120 @@
+"""The evaluation stage end to end on the tiny real harvest: real TVM evaluator, real MLflow registry,
+two tiny models; then compare, the promotion gate and ``dragon optimize`` on the same registry."""
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from conftest import MODEL_NAME
+
+
+def test_stage_produces_every_metric(evaluations):
+    from little_dragon.evaluation.metrics import categories
+
+    res = evaluations["trained"]
+    m = res.metrics
+    # the model and every baseline at equal k, per task and slice (plus "all")
+    assert {"model", "random", "metaschedule_k", "metaschedule_full", "given"} <= set(m)
+    for task in ("construction", "refinement"):
+        block = m["model"][task]["all"]
+        assert block["attempts"] == 3 * block["prompts"]
+        for key in ("correct_rate", "decode_rate", "apply_rate", "best_of_k_correct_rate", "geomean_speedup",
+                    "geomean_speedup_vs_baseline", "geomean_speedup_vs_metaschedule", "best_of_k_geomean_speedup",
+                    "wall_s_per_attempt", *(f"count_{c}" for c in categories())):
+            assert key in block, (task, key)
+        assert sum(block[f"count_{c}"] for c in categories()) == block["attempts"]
+        assert set(m["model"][task]) >= {"all", "sealed", "heldout_family"}
+    assert {"improved_rate", "copy_rate", "best_of_k_improved_rate"} <= set(m["model"]["refinement"]["all"])
+    # the trained test model writes correct kernels; the random baseline got its k valid samples
+    assert m["model"]["construction"]["all"]["correct_rate"] + m["model"]["refinement"]["all"]["correct_rate"] > 0
+    rnd = m["random"]["construction"]["all"]
+    assert rnd["attempts"] == 3 * rnd["prompts"] and rnd["correct_rate"] > 0
+    assert m["metaschedule_full"]["construction"]["all"]["correct_rate"] == 1.0  # harvested best: valid, correct
+    given = m["given"]["refinement"]["all"]
+    assert given["correct_rate"] == 1.0 and given["geomean_speedup"] == pytest.approx(1.0)
+    # a copy of the given script is never an improvement
+    att = res.attempts
+    assert not (att["copy"] & att["improved"]).any()
+    # outputs, report, figures
+    for f in ("attempts.parquet", "per_prompt.parquet", "metrics.json", "summary.json"):
+        assert (res.out_dir / f).is_file()
+    assert res.report.is_file() and "Baselines at equal budget" in res.report.read_text()
+    for png in ("fig3_speedup_by_family.png", "fig4_latency_vs_time.png"):
+        assert (res.report.parent / png).stat().st_size > 1000
+    assert res.summary["generation_attempts_per_s"] > 0 and "random" in res.summary["verdict_vs_random"]
+
+
+def test_metrics_logged_to_mlflow_and_version_tagged(evaluations):
+    import mlflow
+
+    s = evaluations["trained"].summary
+    run = mlflow.get_run(s["mlflow_run_id"])
+    assert "model.construction.all.correct_rate" in run.data.metrics
+    assert "random.construction.sealed.correct_rate" in run.data.metrics
+    assert run.data.tags["sealed.protocol"] == s["protocol"]
+    v = mlflow.MlflowClient().get_model_version(MODEL_NAME, str(s["version"]))
+    assert v.tags["sealed.eval_run_id"] == s["mlflow_run_id"]
+    assert float(v.tags["sealed.correct_rate"]) == pytest.approx(s["correct_rate"], rel=1e-5)
+    arts = {a.path for a in mlflow.MlflowClient().list_artifacts(s["mlflow_run_id"], "report")}
+    assert "report/report.md" in arts
+
+
+def test_compare_counts_the_two_models(evaluations):
+    from little_dragon.evaluation.compare import compare_dirs
+
+    cmp = compare_dirs(evaluations["trained"].out_dir, evaluations["untrained"].out_dir)
+    s = cmp.sentence()
+    assert s.startswith(f"{MODEL_NAME}/v2 beats {MODEL_NAME}/v1 on ")
+    # the barely trained model solves nothing, so it wins nothing; every prompt is counted once
+    for task, c in cmp.tasks.items():
+        assert c.b_wins == 0
+        assert c.total == evaluations["trained"].metrics["model"][task]["all"]["prompts"]
+    assert sum(c.a_wins for c in cmp.tasks.values()) >= 1
+
+
+def test_promotion_gate_refuses_untrained_and_promotes_better(evaluations, eval_cfgs, tmp_path):
+    from mlflow import MlflowClient
+
+    from little_dragon.evaluation.eval_config import PromotionConfig
+    from little_dragon.evaluation.promotion import promote
+
+    cfg = PromotionConfig(history=str(tmp_path / "champion-history"), bootstrap_samples=300)
+    un, tr = evaluations["untrained"].out_dir, evaluations["trained"].out_dir
+    client = MlflowClient()
+    d1 = promote(un, MODEL_NAME, cfg)                     # no champion: untrained writes no correct kernel
+    assert not d1.promoted and "no champion yet" in d1.reason
+    d2 = promote(tr, MODEL_NAME, cfg)
+    assert d2.promoted, d2.reason
+    assert client.get_model_version_by_alias(MODEL_NAME, "champion").version == "2"
+    d3 = promote(un, MODEL_NAME, cfg)                     # now against the champion: worse, refused
+    assert not d3.promoted and d3.champion == f"{MODEL_NAME}/v2"
+    assert client.get_model_version_by_alias(MODEL_NAME, "champion").version == "2"
+    assert d3.evidence["correctness_diff"]["diff"] < 0
+    v1 = client.get_model_version(MODEL_NAME, "1")
+    assert v1.tags["promotion.decision"] == "refused"
+    hist = [json.loads(x) for x in (tmp_path / "champion-history.jsonl").read_text().splitlines()]
+    assert [h["promoted"] for h in hist] == [False, True, False]
+    assert (tmp_path / "champion-history.md").is_file() and (tmp_path / "champion-history.png").is_file()
+
+
+def test_decide_units():
+    """The gate's rule on known per-prompt tables: significantly worse, tie-but-slower, better."""
+    from little_dragon.evaluation.eval_config import PromotionConfig
+    from little_dragon.evaluation.promotion import decide
+
+    cfg = PromotionConfig(bootstrap_samples=500)
+
+    def pp(rates, best):
+        return pd.DataFrame({"prompt_id": [f"p{i}" for i in range(len(rates))], "correct_rate": rates,
+                             "solved": [r > 0 for r in rates], "best": best, "attempts": 4})
+
+    champ = pp([0.5] * 10, [2.0] * 10)
+    assert not decide(pp([0.0] * 10, [math.nan] * 10), champ, cfg)[0]
+    assert decide(pp([1.0] * 10, [2.0] * 10), champ, cfg)[0]
+    ok, reason, _ = decide(pp([0.5] * 10, [1.5] * 10), champ, cfg)
+    assert not ok and "speedup lower" in reason
+    assert decide(pp([0.5] * 10, [2.0] * 10), champ, cfg)[0]  # equal: not worse
+    assert not decide(pp([0.0] * 3, [math.nan] * 3), None, cfg)[0]

@@ -1,0 +1,63 @@
+"""``dragon optimize`` on a kernel file the test writes, with the champion of the test registry; one-line
+errors for a bad kernel and a bad target."""
+from __future__ import annotations
+
+import pytest
+
+KERNEL = '''# a user's kernel: C = A @ B, 32x32 float32
+from tvm.script import ir as I
+from tvm.script import tirx as T
+
+
+@I.ir_module
+class Module:
+    @T.prim_func
+    def main(A: T.Buffer((32, 32), "float32"), B: T.Buffer((32, 32), "float32"), C: T.Buffer((32, 32), "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        for i, j, k in T.grid(32, 32, 32):
+            with T.sblock("C"):
+                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                with T.init():
+                    C[vi, vj] = T.float32(0)
+                C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+'''
+
+
+def test_optimize_writes_best_script_and_scheduled_module(models, eval_cfgs, tmp_path):
+    import tvm
+
+    from little_dragon.evaluation.optimize import optimize, table
+
+    _, gen, evaluator, timing = eval_cfgs
+    kernel = tmp_path / "my_matmul.py"
+    kernel.write_text(KERNEL)
+    res = optimize(str(kernel), str(models["trained"]), "llvm", 3, gen, evaluator, timing)
+    assert len(res.rows) == 3 and {r["attempt"] for r in res.rows} == {0, 1, 2}
+    text = table(res)
+    assert "category" in text and str(res.module_path) in text
+    scheduled = tvm.script.from_source(res.module_path.read_text())  # the written module parses back
+    assert "main" in [g.name_hint for g in scheduled.get_global_vars()]
+    if res.best is None:
+        assert "baseline schedule" in text and res.script_path is None
+    else:
+        assert res.script_path.read_text().strip() and res.rows[res.best]["category"] == "correct"
+
+
+def test_optimize_cli_one_line_errors(tmp_path, capsys):
+    from little_dragon.cli import main
+
+    bad = tmp_path / "broken.py"
+    bad.write_text("this is not tvmscript(\n")
+    assert main(["optimize", str(bad), "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "broken.py" in err and "does not parse" in err
+    good = tmp_path / "k.py"
+    good.write_text(KERNEL)
+    assert main(["optimize", str(good), "--target", "cuda"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cuda" in err and "no CUDA device" in err
+    assert main(["optimize", str(good), "--target", "tpu9000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "tpu9000" in err
+    assert main(["optimize", str(tmp_path / "missing.py")]) == 2
+    assert "missing.py" in capsys.readouterr().err
