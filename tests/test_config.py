@@ -81,3 +81,16 @@ def test_every_stage_cli_takes_the_shared_set_option():
                  ["train", "sft"], ["codec", "validate", "--harvest", "h", "--out", "o"]):
         args = parser.parse_args([*argv, "--set", "x.y=1"])
         assert args.set == ["x.y=1"], argv
+
+
+def test_harvest_command_line_merges_into_the_target():
+    """`dragon harvest --set target.kind=cuda` keeps the other target fields; `--target` replaces the whole
+    target and a `--set target.KEY` still applies on top of it; flags and --set reach the config."""
+    from little_dragon.harvest.cli import harvest_config
+
+    parser = cli.build_parser()
+    base = load_section("harvest")
+    cfg = harvest_config(parser.parse_args(["harvest", "--set", "target.kind=cuda", "--trials", "3"]))
+    assert cfg.target == {**base.target, "kind": "cuda"} and cfg.trials_per_workload == 3
+    cfg = harvest_config(parser.parse_args(["harvest", "--target", "cuda", "--set", "target.arch=sm_80"]))
+    assert cfg.target["kind"] == "cuda" and cfg.target["arch"] == "sm_80" and "num-cores" not in cfg.target

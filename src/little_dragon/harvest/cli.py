@@ -21,25 +21,34 @@ def add_parser(sub) -> None:
     p.set_defaults(func=main)
 
 
-def main(args) -> int:
+def harvest_config(args):
+    """The harvest section with this command line's overrides: the flags, then ``--set`` (deep-merged);
+    ``--target`` replaces the whole target, and ``--set target.KEY=...`` still applies on top of it."""
     import dataclasses
 
     from little_dragon.config import deep_merge, load_section, parse_overrides
     from little_dragon.errors import UserError
-    from little_dragon.harvest.stage import harvest_stage
     from little_dragon.tvmx import target as tgt
-    from little_dragon.workloads.store import store_path
 
     flags = {k: v for k, v in (("trials_per_workload", args.trials), ("max_workloads", args.max_workloads),
                                ("orchestrator", args.orchestrator)) if v is not None}
     sets = parse_overrides(args.set)
     cfg = load_section("harvest", overrides=deep_merge(flags, sets))
-    if args.target:  # a whole target replaces the params one; --set target.x=... still applies on top
+    if args.target:
         try:
             target = tgt.normalize(args.target)
         except ValueError as e:
             raise UserError(f"--target {args.target!r}: {e}") from e
         cfg = dataclasses.replace(cfg, target=deep_merge(target, sets.get("target") or {}))
+    return cfg
+
+
+def main(args) -> int:
+    from little_dragon.config import load_section
+    from little_dragon.harvest.stage import harvest_stage
+    from little_dragon.workloads.store import store_path
+
+    cfg = harvest_config(args)
     workloads = args.workloads or store_path()
     res = harvest_stage(cfg, load_section("timing"), workloads, args.out, args.metrics, args.plot)
     print(json.dumps(res))
