@@ -15,6 +15,8 @@ class GenerationConfig:
                                      "batch is what bounds memory.")
     constrained: bool = field(False, help="Constrained decoding (generation/constrained.py): only scripts the "
                                           "codec grammar accepts; needs that module.")
+    constrained_resamples: int = field(2, help="Constrained decoding: an attempt whose line failed to apply is "
+                                               "generated again at most this many times (counted; 0: keep it).")
     dtype: str = field("auto", help="Weights dtype for generation: auto (bfloat16 on a GPU, float32 on CPU), "
                                     "float32, bfloat16, float16.")
     device: str = field("auto", help="auto (cuda when available, else cpu), cpu, cuda, cuda:N.")

@@ -443,8 +443,9 @@ class ConstrainedResult:
     first_scripts: list[list[str]]  # per prompt, the k attempts of the first pass (equal-attempt A/B)
     first_ok: list[list[bool]]     # did the first pass's attempt pass the line checks
     stats: ConstraintStats
-    seconds: float
-    new_tokens: int
+    seconds: float                 # all passes
+    new_tokens: int                # tokens of the final scripts
+    first_seconds: float = 0.0     # the first pass alone (equal-attempt tokens/s)
 
 
 def generate_constrained(model: Any, tokenizer: Any, prompts: list[str], k: int, max_new_tokens: int,
@@ -467,6 +468,7 @@ def generate_constrained(model: Any, tokenizer: Any, prompts: list[str], k: int,
         for j in range(len(chunk)):
             scripts.append(texts[j * k:(j + 1) * k])
             ok.append([not d for d in dead[j * k:(j + 1) * k]] if len(dead) == len(texts) else [True] * k)
+    first_seconds = time.perf_counter() - t0
     first = [list(s) for s in scripts]
     first_ok = [list(o) for o in ok]
     final = [list(s) for s in scripts]
@@ -488,8 +490,7 @@ def generate_constrained(model: Any, tokenizer: Any, prompts: list[str], k: int,
                 ok[p][a] = good
         pending = [(p, a) for p, a in pending if not ok[p][a]]
     n_tok = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for s in final for t in s)
-    return ConstrainedResult(final, first, first_ok, hook.stats,
-                             time.perf_counter() - t0, n_tok)
+    return ConstrainedResult(final, first, first_ok, hook.stats, time.perf_counter() - t0, n_tok, first_seconds)
 
 
 def _scripts_of(constraints: list[ScriptConstraint], texts: list[str]) -> list[str]:

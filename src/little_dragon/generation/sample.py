@@ -67,6 +67,15 @@ class LocalGenerator:
     def generate(self, prompts: list[str], k: int) -> list[list[str]]:
         from little_dragon.training.callbacks import sample_scripts
 
+        if self.cfg.constrained and hasattr(self.logits_processor_factory, "stats"):
+            # constrained decoding: attempts that failed a line check are resampled (counted in .stats)
+            from little_dragon.generation.constrained import generate_constrained
+
+            return generate_constrained(self.model, self.tokenizer, prompts, k, self.cfg.max_new_tokens,
+                                        self.cfg.temperature, batch_size=self.cfg.batch_size,
+                                        max_resamples=self.cfg.constrained_resamples,
+                                        hook=self.logits_processor_factory).scripts
+
         flat = sample_scripts(self.model, self.tokenizer, prompts, self.cfg.max_new_tokens, self.cfg.temperature,
                               batch_size=self.cfg.batch_size, num_return_sequences=k,
                               logits_processor_factory=self.logits_processor_factory)

@@ -1,0 +1,277 @@
+"""Constrained decoding, measured (results/constrained-decoding.md).
+
+Two measurements, each prints a table and writes JSON:
+
+``--harvest DB_DIRS...``: every record of real MetaSchedule databases (``dragon harvest`` output or a
+``db/`` folder) is fed token by token through the constraint (workload semantics on) in the form the model
+writes (``post *``).  Acceptance must be 100%: the constraint may never forbid a real trace.  Also reports
+the cost per token (mask) and per line (prefix apply + line grammar compile).
+
+``--ab --model DIR --rows validation.jsonl``: A/B at equal attempts, free vs constrained sampling from the
+same model on the same prompts and seed: decode rate, apply (valid) rate, correctness and speedup through
+the Evaluator (``--evaluate``; llvm rows on a CPU, CUDA rows on a GPU), generated tokens per second and the
+slowdown.  The constrained arm's first pass is the equal-attempt comparison; its rejected attempts are then
+resampled (counted) and reported apart.
+
+    python benchmarks/constrained_bench.py --harvest data/harvest/cuda-sm_90-6e5dd8 --tokenizer gguf
+    python benchmarks/constrained_bench.py --ab --model artifacts/sft/model \\
+        --rows artifacts/datasets/validation.jsonl --prompts 16 --k 4 --evaluate --out results/x.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+log = logging.getLogger("constrained_bench")
+
+
+def load_tokenizer(spec: str) -> Any:
+    """``gguf``: SmolLM2-135M's (the cached conversion the datasets stage uses); else a HF folder."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if spec == "gguf":
+        from little_dragon.datasets.config import TokenizerSpec
+        from little_dragon.datasets.tokens import load_counter
+
+        return PreTrainedTokenizerFast(tokenizer_object=load_counter(TokenizerSpec()).tokenizer,
+                                       eos_token="<|endoftext|>", clean_up_tokenization_spaces=False)
+    return AutoTokenizer.from_pretrained(spec)
+
+
+def _db_dirs(paths: list[str]) -> list[Path]:
+    out = []
+    for p in map(Path, paths):
+        if (p / "database_workload.json").is_file():
+            out.append(p)
+        else:
+            out += sorted(d.parent for d in p.glob("**/database_workload.json"))
+    return out
+
+
+def bench_harvest(args: argparse.Namespace) -> dict[str, Any]:
+    from little_dragon.codec import encode
+    from little_dragon.codec.roundtrip import read_database
+    from little_dragon.generation.constrained import (ConstraintStats, ScriptConstraint, TokenEngine, Workload,
+                                                      allocate_bitmask)
+
+    tok = load_tokenizer(args.tokenizer)
+    engine = TokenEngine(tok)
+    stats = ConstraintStats()
+    bits = allocate_bitmask(1, engine.vocab_size)
+    n = accepted = tokens = 0
+    failures = []
+    t0 = time.perf_counter()
+    for db in _db_dirs(args.harvest):
+        for name, mod, recs in read_database(db):
+            for idx, trace_json, target in recs[:args.per_workload]:
+                lines = encode(trace_json).splitlines()
+                text = "\n".join(lines[:lines.index("post")] + ["post *"] if "post" in lines else lines) + "\n"
+                ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+                c = ScriptConstraint(engine, Workload(mod, target), stats)
+                why = ""
+                for i, t in enumerate(ids):
+                    c.fill_mask(bits, 0)
+                    if not (int(bits[0, t // 32]) >> (t % 32)) & 1:
+                        why = f"token {i} {tok.decode([t])!r} after {tok.decode(ids[:i])[-100:]!r} {c.error}"
+                        break
+                    c.advance(t)
+                n += 1
+                tokens += len(ids)
+                if why or c.dead:
+                    failures.append({"db": str(db), "workload": name, "record": idx, "why": why or c.error})
+                else:
+                    accepted += 1
+            if n and n % 50 < args.per_workload:
+                log.info("%d records, %d accepted (%.0f s)", n, accepted, time.perf_counter() - t0)
+    wall = time.perf_counter() - t0
+    out = {"records": n, "accepted": accepted, "tokens": tokens, "lines": stats.lines, "wall_s": wall,
+           "mask_us_per_token": 1e6 * stats.mask_s / max(tokens, 1),
+           "line_ms": 1e3 * stats.state_s / max(stats.lines, 1), "failures": failures[:50],
+           "tokenizer": args.tokenizer}
+    print(f"| records | accepted | tokens | mask us/token | line check ms | wall s |\n|---|---|---|---|---|---|\n"
+          f"| {n} | {accepted} ({100 * accepted / max(n, 1):.1f}%) | {tokens} | {out['mask_us_per_token']:.1f} | "
+          f"{out['line_ms']:.1f} | {wall:.0f} |")
+    for f in failures[:10]:
+        print("FORBIDDEN", f)
+    return out
+
+
+def _rows(path: str, n: int, seed: int) -> list[dict[str, Any]]:
+    import random
+
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    random.Random(seed).shuffle(rows)
+    return rows[:n]
+
+
+def _arm(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from little_dragon.generation.constrained import generate_constrained
+    from little_dragon.training.callbacks import sample_scripts
+
+    prompts = [r["prompt"] for r in rows]
+    torch.manual_seed(args.seed)
+    t0 = time.perf_counter()
+    extra: dict[str, Any] = {}
+    if name == "free":
+        flat = sample_scripts(model, tok, prompts, args.max_new_tokens, args.temperature, batch_size=args.batch_size,
+                              num_return_sequences=args.k)
+        first = [flat[i * args.k:(i + 1) * args.k] for i in range(len(prompts))]
+        final, gen_s = first, time.perf_counter() - t0
+    else:
+        res = generate_constrained(model, tok, prompts, args.k, args.max_new_tokens, args.temperature,
+                                   batch_size=args.batch_size, max_resamples=args.max_resamples,
+                                   semantic=(name == "constrained"))
+        first, final, gen_s = res.first_scripts, res.scripts, res.first_seconds
+        extra_s = res.seconds - res.first_seconds
+        extra = {"stats": res.stats.as_dict(), "resample_s": extra_s,
+                 "first_pass_rejected": sum(not ok for oks in res.first_ok for ok in oks)}
+    return {"first": first, "final": final, "gen_s": gen_s, **extra}
+
+
+def _score(rows: list[dict[str, Any]], attempts: list[list[str]], tok: Any, evaluate: bool) -> dict[str, Any]:
+    from little_dragon.training.validity import check_script
+
+    n = dec = ok = 0
+    verdicts = []
+    for r, scripts in zip(rows, attempts):
+        for s in scripts:
+            v = check_script(s, r)
+            n += 1
+            dec += v.decoded
+            ok += v.valid
+            verdicts.append((r, s, v))
+    out = {"attempts": n, "decode_rate": dec / max(n, 1), "apply_rate": ok / max(n, 1),
+           "tokens": sum(len(tok(s, add_special_tokens=False)["input_ids"]) for ss in attempts for s in ss)}
+    if evaluate:
+        out.update(_evaluate(verdicts))
+    return out
+
+
+def _evaluate(verdicts: list[tuple[dict[str, Any], str, Any]]) -> dict[str, Any]:
+    """Correctness and speedup of every attempt through the Evaluator, grouped by target."""
+    import math
+    from collections import Counter, defaultdict
+
+    from little_dragon.evaluator.pool import EvalRequest, Evaluator
+
+    by_target: dict[str, list] = defaultdict(list)
+    for r, s, _ in verdicts:
+        t = r.get("target")
+        by_target[t if isinstance(t, str) else json.dumps(t, sort_keys=True)].append((r, s))
+    cats: Counter = Counter()
+    speedups = []
+    for target, items in by_target.items():
+        with Evaluator(json.loads(target)) as ev:
+            reqs = [EvalRequest(r["tvmscript"], s, r.get("previous_script") or None) for r, s in items]
+            for res in ev.evaluate_batch(reqs):
+                cats[res.category] += 1
+                if res.category == "correct" and res.speedup:
+                    speedups.append(res.speedup)
+    n = sum(cats.values())
+    geo = math.exp(sum(math.log(x) for x in speedups) / len(speedups)) if speedups else None
+    return {"correct_rate": cats["correct"] / max(n, 1), "categories": dict(cats), "geomean_speedup_correct": geo}
+
+
+def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tok = AutoTokenizer.from_pretrained(args.model)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype).to(device).eval()
+    rows = _rows(args.rows, args.prompts, args.seed)
+    out: dict[str, Any] = {"model": args.model, "rows": args.rows, "prompts": len(rows), "k": args.k,
+                           "temperature": args.temperature, "max_new_tokens": args.max_new_tokens, "device": device,
+                           "arms": {}}
+    for name in args.arms:
+        log.info("arm %s: %d prompts x %d attempts", name, len(rows), args.k)
+        arm = _arm(name, model, tok, rows, args)
+        first = _score(rows, arm["first"], tok, args.evaluate)
+        # tokens of the first pass's scripts per second of the first pass (equal attempts both arms)
+        res = {"first_pass": first, "gen_s": arm["gen_s"], "tokens_per_s": first["tokens"] / arm["gen_s"]}
+        if name != "free":
+            res["stats"] = arm["stats"]
+            res["resample_s"] = arm["resample_s"]
+            res["first_pass_rejected"] = arm["first_pass_rejected"]
+            res["after_resampling"] = _score(rows, arm["final"], tok, args.evaluate)
+        out["arms"][name] = res
+        log.info("%s: %s", name, json.dumps({k: v for k, v in first.items() if k != "categories"}))
+    _print_ab(out)
+    return out
+
+
+def _print_ab(out: dict[str, Any]) -> None:
+    arms = out["arms"]
+    free_tps = arms.get("free", {}).get("tokens_per_s")
+    print(f"\nA/B at equal attempts: {out['prompts']} prompts x {out['k']} attempts, T={out['temperature']}, "
+          f"{out['device']}\n")
+    print("| arm | decode | apply | correct | geomean speedup | tokens/s | slowdown | rejected (1st pass) |"
+          " resampled | after resampling: apply / correct |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, a in arms.items():
+        f = a["first_pass"]
+        tps = a.get("tokens_per_s")
+        slow = (free_tps / tps) if (free_tps and tps) else None
+        after = a.get("after_resampling") or {}
+        cell = lambda x, p=True: "-" if x is None else (f"{100 * x:.1f}%" if p else f"{x:.2f}")
+        print(f"| {name} | {cell(f['decode_rate'])} | {cell(f['apply_rate'])} | {cell(f.get('correct_rate'))} | "
+              f"{cell(f.get('geomean_speedup_correct'), False)} | {cell(tps, False)} | "
+              f"{cell(slow, False)}x | {a.get('first_pass_rejected', '-')} | "
+              f"{a.get('stats', {}).get('resampled', '-')} | "
+              f"{cell(after.get('apply_rate'))} / {cell(after.get('correct_rate'))} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--harvest", nargs="*", help="database folders: every record through the constraint")
+    ap.add_argument("--tokenizer", default="gguf", help="gguf (SmolLM2) or a HF tokenizer folder")
+    ap.add_argument("--per-workload", type=int, default=None, help="records per workload (default: all)")
+    ap.add_argument("--ab", action="store_true", help="free vs constrained sampling at equal attempts")
+    ap.add_argument("--model", help="HF model folder (an SFT output's model/)")
+    ap.add_argument("--rows", help="prompt rows (validation.jsonl)")
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--max-new-tokens", type=int, default=768)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--max-resamples", type=int, default=2)
+    ap.add_argument("--arms", nargs="+", default=["free", "constrained"],
+                    help="free, syntax (grammar only), constrained (grammar + workload semantics)")
+    ap.add_argument("--evaluate", action="store_true", help="correctness and speedup through the Evaluator")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", help="write the numbers as JSON here")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    result: dict[str, Any] = {}
+    if args.harvest:
+        result["harvest"] = bench_harvest(args)
+    if args.ab:
+        if not (args.model and args.rows):
+            ap.error("--ab needs --model and --rows")
+        result["ab"] = bench_ab(args)
+    if not result:
+        ap.error("nothing to do: --harvest and/or --ab")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
