@@ -107,21 +107,10 @@ def test_ui_pages_in_headless_chromium(completed_run, services, project):
     import os
     from pathlib import Path
 
-    from little_dragon.ops.browser import rendered_dom, screenshot
+    from little_dragon.ops.browser import rendered_dom, screenshot, ui_pages
 
     _chromium_or_skip()
-    dep = _deployment(services)
-    pages = {
-        "prefect-deployment": (f"{services.prefect}/deployments/deployment/{dep['id']}",
-                               ["scheduled-retraining", completed_run["name"]]),
-        "prefect-flow-run": (f"{services.prefect}/runs/flow-run/{completed_run['id']}",
-                             [completed_run["name"], "Completed"]),
-        "mlflow-registered-model": (f"{services.mlflow}/#/models/little-dragon", ["little-dragon", "Version 1"]),
-        "gx-data-docs": ((project / "monitoring" / "data-docs" / "examples" / "index.html").as_uri(),
-                         ["examples", "family_mix"]),
-        "gx-data-docs-drift": ((project / "monitoring" / "data-docs" / "drift" / "index.html").as_uri(),
-                               ["drift_workloads"]),
-    }
+    pages = ui_pages(services.prefect, services.mlflow, project, _deployment(services), completed_run)
     shots = os.environ.get("DRAGON_UI_SCREENSHOTS")
     missing = {}
     for name, (url, needles) in pages.items():

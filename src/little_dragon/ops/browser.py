@@ -52,3 +52,17 @@ def screenshot(url: str, path: str | os.PathLike, budget_ms: int = 20000, size: 
     if not path.exists():
         raise RuntimeError(f"chromium --screenshot {url} wrote nothing (exit {res.returncode}): {res.stderr[-500:]}")
     return path
+
+
+def ui_pages(prefect_url: str, mlflow_url: str, project_root: str | os.PathLike, deployment: dict,
+             flow_run: dict, model_name: str = "little-dragon") -> dict[str, tuple[str, list[str]]]:
+    """The pages a user opens, each with the words it must show: name -> (url, words)."""
+    docs = Path(project_root) / "monitoring" / "data-docs"
+    return {
+        "prefect-deployment": (f"{prefect_url}/deployments/deployment/{deployment['id']}",
+                               [deployment["name"], flow_run["name"]]),
+        "prefect-flow-run": (f"{prefect_url}/runs/flow-run/{flow_run['id']}", [flow_run["name"], "Completed"]),
+        "mlflow-registered-model": (f"{mlflow_url}/#/models/{model_name}", [model_name, "Version 1"]),
+        "gx-data-docs": ((docs / "examples" / "index.html").as_uri(), ["examples", "family_mix"]),
+        "gx-data-docs-drift": ((docs / "drift" / "index.html").as_uri(), ["drift_workloads"]),
+    }
