@@ -93,7 +93,7 @@ def main() -> int:
     from little_dragon.tvmx import target as tgt
 
     rl = load_section("rl", overrides=args.set)
-    target = tgt.normalize(args.target) if args.target else dict(rl.target)
+    target = tgt.normalize(args.target or rl.target)
     if args.target:
         rl = dataclasses.replace(rl, target=target)
     full, cheap = load_section("timing"), reward_timing(rl)

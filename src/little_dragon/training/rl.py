@@ -12,7 +12,6 @@ retention, ten-rollout probe curves, per-step MLflow metrics, resumable checkpoi
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -188,7 +187,7 @@ def make_evaluator_factory(cfg: RLConfig, evaluator_cfg: Any = None, timing_cfg:
     tcfg = timing_cfg or reward_timing(cfg)
 
     def make() -> Any:
-        return Evaluator(cfg.target, ecfg, tcfg)
+        return Evaluator(cfg.target, ecfg, tcfg)  # Evaluator normalises a target name or dict
 
     return make, ecfg, tcfg
 
@@ -232,7 +231,10 @@ def train_rl(cfg: RLConfig, train_path: str | os.PathLike, model: str, out_dir: 
     t_start = time.perf_counter()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    kind = cfg.target["kind"]
+    from little_dragon.tvmx import target as tgt
+
+    target = tgt.normalize(cfg.target)
+    kind = target["kind"]
     rows = sft_data.read_rows(train_path)  # refuses the sealed set
     pool_list = prompt_pool(rows, kind, cfg.max_prompts, cfg.seed)
     if not pool_list:
@@ -255,18 +257,20 @@ def train_rl(cfg: RLConfig, train_path: str | os.PathLike, model: str, out_dir: 
 
     from transformers.trainer_utils import get_last_checkpoint
 
+    # everything a resumed run needs lives in checkpoints/ (a DVC `persist` out: DVC deletes the other outs,
+    # screen.json among them, before it reruns the stage): the checkpoints, the screen, the probe history
     ckpt_dir = out_dir / "checkpoints"
     last_ckpt = get_last_checkpoint(str(ckpt_dir)) if cfg.resume and ckpt_dir.is_dir() else None
     fingerprint = _fingerprint(cfg, model, pool_list)
-    screen_path = out_dir / "screen.json"
-    probe_hist = out_dir / "probe_history.json"
-    old_screen = json.loads(screen_path.read_text()) if screen_path.exists() else None
+    screen_path, saved_screen = out_dir / "screen.json", ckpt_dir / "screen.json"
+    probe_hist = ckpt_dir / "probe_history.json"
+    old_screen = json.loads(saved_screen.read_text()) if saved_screen.exists() else None
     if last_ckpt and (old_screen is None or old_screen.get("fingerprint") != fingerprint):
         log.warning("checkpoint %s belongs to another configuration or screen: starting afresh", last_ckpt)
         last_ckpt = None
     if not last_ckpt:
         shutil.rmtree(ckpt_dir, ignore_errors=True)
-        probe_hist.unlink(missing_ok=True)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
 
     make_eval, ecfg, tcfg = make_evaluator_factory(cfg, evaluator_cfg, timing_cfg)
     reward = KernelReward(make_eval, ecfg.reward, float(cfg.reward_quantum.get(kind, 0.0)))
@@ -289,7 +293,8 @@ def train_rl(cfg: RLConfig, train_path: str | os.PathLike, model: str, out_dir: 
                                     cfg.generation_batch_size)
             screen["fingerprint"] = fingerprint
             screen["summary"]["evaluator"] = dict(reward.last)
-            atomic.write_json(screen_path, screen)
+            atomic.write_json(saved_screen, screen)
+        atomic.write_json(screen_path, screen)
         if mlflow is not None:
             mlflow.log_artifact(str(screen_path), artifact_path="rl")
             mlflow.log_metrics({f"screen/{k}": float(v) for k, v in screen["summary"].items()

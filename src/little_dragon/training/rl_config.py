@@ -22,9 +22,10 @@ class RewardTimingConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
-    target: dict = field(default_factory=lambda: {"kind": "llvm", "num-cores": 2},
-                         help="Target the rewards are measured on (one Evaluator = one target; the harvest's llvm target "
-                              "by default); training prompts of other target kinds are skipped. CUDA: {kind: cuda, arch: sm_90, ...}.")
+    target: dict | str = field(default_factory=lambda: {"kind": "llvm", "num-cores": 2},
+                         help="Target the rewards are measured on (one Evaluator = one target; the harvest's llvm "
+                              "target by default); training prompts of other target kinds are skipped. A name (llvm; "
+                              "cuda = tvmx.target's H200 dict) replaces the dict: --set target=cuda.")
     reward_devices: str = field(
         "", help="CUDA_VISIBLE_DEVICES of the evaluator's workers, e.g. '1' on a 2-GPU host: the policy trains "
                  "on GPU 0, rewards are timed on GPU 1 (a quiet device, nothing else runs there). Empty: the "
