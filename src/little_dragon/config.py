@@ -39,6 +39,7 @@ SECTIONS: dict[str, str] = {
     "generation": "little_dragon.generation.config:GenerationConfig",
     "evaluation": "little_dragon.evaluation.eval_config:EvaluationConfig",
     "promotion": "little_dragon.evaluation.eval_config:PromotionConfig",
+    "rl": "little_dragon.training.rl_config:RLConfig",
 }
 
 
@@ -146,7 +147,6 @@ def section_class(name: str) -> type:
     return getattr(importlib.import_module(mod), attr)
 
 
-def load_section(name: str, cls: type[T] | None = None, path: str | os.PathLike | None = None,
 def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """``base`` with ``overrides`` laid over it key by key: nested mappings merge, anything else replaces.
 
@@ -195,6 +195,7 @@ def add_set_option(parser: Any, section: str) -> None:
                              f"parses; dotted keys change one nested field: --set a.b=1); repeatable")
 
 
+def load_section(name: str, cls: type[T] | None = None, path: str | os.PathLike | None = None,
                  overrides: dict[str, Any] | list[str] | None = None) -> T:
     """Read section ``name`` of params.yaml as its dataclass (missing keys take the dataclass defaults).
 
@@ -206,15 +207,8 @@ def add_set_option(parser: Any, section: str) -> None:
     return from_dict(cls, raw, f"{path or params_path()}:{name}")
 
 
+
 def to_dict(cfg: Any) -> dict[str, Any]:
-def default_of(section: str, key: str) -> Any:
-    """A field's value in params.yaml (its dataclass default where params.yaml leaves it out).
-
-    CLIs take their default paths from here, so a path is written once (params.yaml), not repeated as a
-    literal in an ``argparse`` default."""
-    return getattr(load_section(section), key)
-
-
     return dataclasses.asdict(cfg)
 
 
