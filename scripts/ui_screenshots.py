@@ -48,8 +48,12 @@ def main(argv: list[str]) -> int:
             print("no completed run of the deployment in this project's Prefect database", file=sys.stderr)
             return 1
         bad = {}
+        from mlflow import MlflowClient
+
+        aliases = MlflowClient(tracking_uri=f"http://127.0.0.1:{mp}").get_registered_model("little-dragon").aliases
+        print(f"little-dragon aliases: {aliases or 'none'}")
         for name, (url, words) in ui_pages(f"http://127.0.0.1:{pp}", f"http://127.0.0.1:{mp}", project, dep,
-                                           runs[0]).items():
+                                           runs[0], alias="champion" if "champion" in aliases else None).items():
             lost = [w for w in words if w not in rendered_dom(url)]
             if lost:
                 bad[name] = lost

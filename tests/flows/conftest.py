@@ -78,9 +78,12 @@ def services(project) -> RunningServices:
     """`dragon services up` as a user runs it; stopped (SIGINT, as Ctrl-C) at the end of the session."""
     pp, mp = _free_port(), _free_port()
     log = project / "services-up.log"
-    proc = subprocess.Popen([sys.executable, "-m", "little_dragon.cli", "services", "up",
-                             "--set", f"prefect_port={pp}", "--set", f"mlflow_port={mp}"],
-                            cwd=project, env=project_env(project), stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    from little_dragon.prefect_api import spawn
+
+    # spawn: the launcher dies with this test process even if pytest is killed (and takes its servers along)
+    proc = spawn([sys.executable, "-m", "little_dragon.cli", "services", "up",
+                  "--set", f"prefect_port={pp}", "--set", f"mlflow_port={mp}"],
+                 cwd=project, env=project_env(project), log_path=log)
     svc = RunningServices(project, proc, pp, mp, log)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:

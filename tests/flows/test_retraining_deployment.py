@@ -85,6 +85,9 @@ def test_triggered_run_completes_registers_a_model_and_leaves_dvc_clean(complete
     assert {"sft", "drift", "harvest"} <= {r.data.tags.get("stage") for r in stage_runs}
     versions = client.search_model_versions("name = 'little-dragon'")
     assert versions, "no registered model version after the run"
+    if "promote" in stages:  # the gate decided, with its evidence, whichever way
+        history = (project / "monitoring" / "champion-history.jsonl").read_text().splitlines()
+        assert history and "promoted" in json.loads(history[-1])
 
     # the flow recorded every stage in dvc.lock: `dvc repro` would have nothing to redo
     out = subprocess.run([sys.executable, "-m", "dvc", "status", "--json"], cwd=project, env=services.env,
@@ -110,7 +113,13 @@ def test_ui_pages_in_headless_chromium(completed_run, services, project):
     from little_dragon.ops.browser import rendered_dom, screenshot, ui_pages
 
     _chromium_or_skip()
-    pages = ui_pages(services.prefect, services.mlflow, project, _deployment(services), completed_run)
+    from mlflow import MlflowClient
+
+    # the page must show @champion whenever the promotion gate set it (a 4-step smoke model usually writes
+    # no correct kernel, and the gate rightly refuses it as a first champion)
+    aliases = MlflowClient(tracking_uri=services.mlflow).get_registered_model("little-dragon").aliases
+    alias = "champion" if "champion" in aliases else None
+    pages = ui_pages(services.prefect, services.mlflow, project, _deployment(services), completed_run, alias=alias)
     shots = os.environ.get("DRAGON_UI_SCREENSHOTS")
     missing = {}
     for name, (url, needles) in pages.items():

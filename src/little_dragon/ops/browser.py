@@ -55,14 +55,16 @@ def screenshot(url: str, path: str | os.PathLike, budget_ms: int = 20000, size: 
 
 
 def ui_pages(prefect_url: str, mlflow_url: str, project_root: str | os.PathLike, deployment: dict,
-             flow_run: dict, model_name: str = "little-dragon") -> dict[str, tuple[str, list[str]]]:
-    """The pages a user opens, each with the words it must show: name -> (url, words)."""
+             flow_run: dict, model_name: str = "little-dragon", alias: str | None = None
+             ) -> dict[str, tuple[str, list[str]]]:
+    """The pages a user opens, each with the words it must show: name -> (url, words); ``alias``: the
+    registered model page must show it (once the promotion gate has set it)."""
     docs = Path(project_root) / "monitoring" / "data-docs"
     return {
         "prefect-deployment": (f"{prefect_url}/deployments/deployment/{deployment['id']}",
                                [deployment["name"], flow_run["name"]]),
         "prefect-flow-run": (f"{prefect_url}/runs/flow-run/{flow_run['id']}", [flow_run["name"], "Completed"]),
-        "mlflow-registered-model": (f"{mlflow_url}/#/models/{model_name}", [model_name, "Version 1"]),
+        "mlflow-registered-model": (f"{mlflow_url}/#/models/{model_name}", [model_name, "Version 1", *([alias] if alias else [])]),
         "gx-data-docs": ((docs / "examples" / "index.html").as_uri(), ["examples", "family_mix"]),
         "gx-data-docs-drift": ((docs / "drift" / "index.html").as_uri(), ["drift_workloads"]),
     }
