@@ -106,7 +106,7 @@ def target_overlay(target: str) -> dict[str, Any]:
     return {"harvest": {"target": {"kind": target}}}
 
 
-def model_overlay(model: str, logger: Any) -> dict[str, Any]:
+def model_overlay(model: str, logger: Any, champion_dir: Path | None = None) -> dict[str, Any]:
     """``tiny`` / ``gguf`` / a local HF directory / ``champion`` (warm start from the registry's @champion,
     exported to artifacts/champion; without a champion the params' own model is kept)."""
     if not model:
@@ -114,11 +114,12 @@ def model_overlay(model: str, logger: Any) -> dict[str, Any]:
     if model in ("tiny", "gguf"):
         return {"sft": {"model": {"kind": model, "path": ""}}}
     if model == "champion":
-        path = export_champion(ROOT / "artifacts" / "champion", logger)
+        path = export_champion(champion_dir or ROOT / "artifacts" / "champion", logger)
         if path is None:
             logger.info("no @champion in the registry yet: SFT starts from params.yaml's model")
             return {}
-        return {"sft": {"model": {"kind": "local", "path": str(path.relative_to(ROOT))}}}
+        rel = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+        return {"sft": {"model": {"kind": "local", "path": rel}}}
     if not Path(model).is_dir():
         raise ValueError(f"model {model!r}: expected tiny, gguf, champion or a local model directory")
     return {"sft": {"model": {"kind": "local", "path": model}}}
