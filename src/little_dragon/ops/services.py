@@ -3,7 +3,10 @@ with its UI over the project's sqlite store and artifacts, and the served ``sche
 
 All three listen on 127.0.0.1 only.  Each child runs in its own process group with a parent-death signal
 (``little_dragon.prefect_api.spawn``): stopping ``dragon services up`` (Ctrl-C, SIGTERM, ``dragon services
-down`` from another terminal, or even SIGKILL) stops everything it started, including flow runs in progress.
+down`` from another terminal) stops each whole group, servers' workers and flow runs in progress included.
+Were the launcher SIGKILLed, its children still die with it (the kernel's parent-death signal); workers they
+started themselves are then stopped by ``dragon services down``, which kills the groups recorded in
+``.services/services.json``.
 """
 from __future__ import annotations
 
@@ -164,17 +167,21 @@ def run_services(cfg: RetrainingConfig, root: Path = PROJECT_ROOT, serve_deploym
 
 
 def stop_running(cfg: RetrainingConfig, root: Path = PROJECT_ROOT, timeout_s: float = 60.0) -> bool:
-    """``dragon services down``: signal the launcher (it stops its children); False if none was running."""
+    """``dragon services down``: signal the launcher (it stops its children), then stop whatever is left of
+    the process groups it recorded (all of them when the launcher itself was killed); False if none ran."""
     import signal
 
-    state = read_state(cfg, root)
-    if not state:
-        state_path(cfg, root).unlink(missing_ok=True)
+    p = state_path(cfg, root)
+    if not p.exists():
         return False
-    os.kill(state["launcher_pid"], signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and _alive(state["launcher_pid"]):
-        time.sleep(0.2)
-    for pid in state["pids"].values():  # the launcher did not finish in time: stop its groups ourselves
+    state = json.loads(p.read_text())
+    launcher = state.get("launcher_pid", -1)
+    if _alive(launcher):
+        os.kill(launcher, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and _alive(launcher):
+            time.sleep(0.2)
+    for pid in state.get("pids", {}).values():  # process groups: grandchildren included
         stop(pid)
+    p.unlink(missing_ok=True)
     return True
