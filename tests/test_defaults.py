@@ -11,7 +11,10 @@ import typing
 
 import pytest
 
-from little_dragon.config import SECTIONS, load_section, read_params, section_class
+from little_dragon.config import DEFAULT_PARAMS, SECTIONS, load_section, read_params, section_class
+
+# the project's params.yaml itself, whatever $DRAGON_PARAMS an earlier test or the shell points at
+PARAMS = DEFAULT_PARAMS
 
 
 def _defaults(cls: type) -> typing.Any:
@@ -46,18 +49,18 @@ def _differences(loaded: typing.Any, default: typing.Any, where: str) -> list[st
 @pytest.mark.parametrize("name", sorted(SECTIONS))
 def test_params_yaml_equals_dataclass_defaults(name):
     cls = section_class(name)
-    diffs = _differences(load_section(name), _defaults(cls), name)
+    diffs = _differences(load_section(name, path=PARAMS), _defaults(cls), name)
     assert not diffs, "params.yaml and the dataclass defaults disagree:\n  " + "\n  ".join(diffs)
 
 
 def test_every_section_is_in_params_yaml():
     """Each typed section is written out in params.yaml (DVC tracks params per stage from the file)."""
-    assert sorted(read_params()) == sorted(SECTIONS)
+    assert sorted(read_params(PARAMS)) == sorted(SECTIONS)
 
 
 def test_the_checker_sees_a_nested_difference():
     """The comparison is recursive: a changed nested field (sft.model.kind) is reported by its dotted path."""
-    cfg = load_section("sft", overrides={"model": {"kind": "gguf"}, "tiny": {"hidden_size": 7}})
+    cfg = load_section("sft", path=PARAMS, overrides={"model": {"kind": "gguf"}, "tiny": {"hidden_size": 7}})
     diffs = _differences(cfg, _defaults(section_class("sft")), "sft")
     assert any(d.startswith("sft.model.kind:") for d in diffs), diffs
     assert any(d.startswith("sft.tiny.hidden_size:") for d in diffs), diffs
@@ -80,5 +83,5 @@ def _absent(cls: type, raw: dict, where: str) -> list[str]:
 def test_params_yaml_writes_every_field_out(name):
     """A field missing from params.yaml is invisible to DVC (a stage tracks params.yaml keys, not dataclass
     defaults): changing its default in code would not re-run the stage."""
-    absent = _absent(section_class(name), read_params().get(name) or {}, name)
+    absent = _absent(section_class(name), read_params(PARAMS).get(name) or {}, name)
     assert not absent, f"params.yaml leaves out {absent}: write them out (value = the dataclass default)"

@@ -51,10 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    if args.params:
-        os.environ["DRAGON_PARAMS"] = os.path.abspath(args.params)
     from little_dragon.config import ConfigError
 
+    # --params holds for this command (and the processes it starts), not for whoever called main() next
+    previous = os.environ.get("DRAGON_PARAMS")
+    if args.params:
+        os.environ["DRAGON_PARAMS"] = os.path.abspath(args.params)
     try:
         return int(args.func(args) or 0)
     except (UserError, ConfigError, FileNotFoundError) as e:
@@ -63,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"dragon {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if args.params:
+            if previous is None:
+                os.environ.pop("DRAGON_PARAMS", None)
+            else:
+                os.environ["DRAGON_PARAMS"] = previous
 
 
 if __name__ == "__main__":
