@@ -56,7 +56,7 @@ def models(built, registry, tmp_path_factory):
         for r in rows.to_dict("records"):
             f.write(json.dumps({k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}) + "\n")
     out = {}
-    for name, steps, lr in (("untrained", 1, 1e-6), ("trained", 240, 5e-3)):
+    for name, steps, lr in (("untrained", 1, 1e-6), ("trained", 120, 5e-3)):
         m = _train(path, d / name, steps, lr)
         assert m["registry"]["registered_model"] == MODEL_NAME
         out[name] = d / name
