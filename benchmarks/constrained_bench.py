@@ -89,6 +89,8 @@ def bench_harvest(args: argparse.Namespace) -> dict[str, Any]:
                     failures.append({"db": str(db), "workload": name, "record": idx, "why": why or c.error})
                 else:
                     accepted += 1
+                print(f"record {n}: {name}#{idx} {'ok' if not (why or c.dead) else 'FORBIDDEN ' + (why or c.error)} "
+                      f"({len(ids)} tokens, {time.perf_counter() - t0:.0f} s)", flush=True)
             if n and n % 50 < args.per_workload:
                 log.info("%d records, %d accepted (%.0f s)", n, accepted, time.perf_counter() - t0)
     wall = time.perf_counter() - t0
@@ -101,6 +103,62 @@ def bench_harvest(args: argparse.Namespace) -> dict[str, Any]:
           f"{out['line_ms']:.1f} | {wall:.0f} |")
     for f in failures[:10]:
         print("FORBIDDEN", f)
+    return out
+
+
+def bench_libraries(args: argparse.Namespace) -> dict[str, Any]:
+    """Per-step cost of an allowed-token mask over the tokenizer's vocabulary, at each token of a real
+    script: llguidance with the codec grammar (as written, and a workload line grammar) against the
+    pure-Python fallback (Lark's interactive LALR parser: the terminals it accepts next, each vocabulary
+    token matched against them: a lower bound, since a token spanning two terminals needs more)."""
+    import re
+
+    import llguidance
+
+    from little_dragon.codec.grammar import grammar_text, parser
+    from little_dragon.generation.constrained import allocate_bitmask
+
+    tok = load_tokenizer(args.tokenizer)
+    import llguidance.hf
+
+    lltok = llguidance.hf.from_tokenizer(tok)
+    script = ("blk C\nblk root\nann b0 tiling \"SSRSRS\"\nloops b0 3\ntile l0 = 4 16 1 1\ntile l1 = 1 1 2 32\n"
+              "tile l2 = 64 1\nreorder *\nann b1 parallel 32\nann b1 vectorize 64\nann b1 unroll cat unroll = 0\n"
+              "post *\n")
+    ids = tok(script, add_special_tokens=False)["input_ids"]
+    out: dict[str, Any] = {"tokenizer": args.tokenizer, "vocab": lltok.vocab_size, "steps": len(ids)}
+    g = grammar_text().replace("FLOAT.2:", "FLOAT:")
+    t0 = time.perf_counter()
+    m = llguidance.LLMatcher(lltok, llguidance.LLMatcher.grammar_from_lark(g), log_level=0,
+                             limits=llguidance.LLParserLimits(precompute_large_lexemes=False))
+    out["llguidance_compile_ms"] = 1e3 * (time.perf_counter() - t0)
+    bits = allocate_bitmask(1, lltok.vocab_size)
+    t0 = time.perf_counter()
+    for t in ids:
+        m.unsafe_compute_mask_ptr(bits.data_ptr(), bits.numel() * 4)
+        assert m.consume_token(t), tok.decode([t])
+    out["llguidance_mask_us"] = 1e6 * (time.perf_counter() - t0) / len(ids)
+    # the pure-Python fallback
+    vocab = [tok.decode([i]) for i in range(len(tok))]
+    p = parser()
+    terms = {t.name: re.compile(t.pattern.to_regexp()) for t in p.terminals}
+    steps = ids[:: max(1, len(ids) // 12)]
+    t0 = time.perf_counter()
+    for j, _ in enumerate(steps):
+        prefix = tok.decode(ids[:ids.index(steps[j])])
+        ip = p.parse_interactive(prefix)
+        try:
+            ip.exhaust_lexer()
+        except Exception:  # noqa: BLE001 - a prefix ending mid-terminal: the lower bound goes on
+            pass
+        acc = [terms[n] for n in ip.accepts() if n in terms]
+        sum(1 for v in vocab if any(r.match(v.lstrip(" ")) for r in acc))
+    out["lark_fallback_mask_ms"] = 1e3 * (time.perf_counter() - t0) / len(steps)
+    print("| engine | compile ms | mask per step | vs llguidance |\n|---|---|---|---|")
+    print(f"| llguidance {llguidance.__version__} (codec grammar as is) | {out['llguidance_compile_ms']:.1f} | "
+          f"{out['llguidance_mask_us']:.0f} us | 1x |")
+    print(f"| Lark interactive LALR + vocabulary scan (lower bound) | - | {out['lark_fallback_mask_ms']:.0f} ms | "
+          f"{1e3 * out['lark_fallback_mask_ms'] / max(out['llguidance_mask_us'], 1e-9):.0f}x |")
     return out
 
 
@@ -241,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--harvest", nargs="*", help="database folders: every record through the constraint")
     ap.add_argument("--tokenizer", default="gguf", help="gguf (SmolLM2) or a HF tokenizer folder")
     ap.add_argument("--per-workload", type=int, default=None, help="records per workload (default: all)")
+    ap.add_argument("--libraries", action="store_true", help="mask cost: llguidance vs a Lark fallback")
     ap.add_argument("--ab", action="store_true", help="free vs constrained sampling at equal attempts")
     ap.add_argument("--model", help="HF model folder (an SFT output's model/)")
     ap.add_argument("--rows", help="prompt rows (validation.jsonl)")
@@ -259,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     result: dict[str, Any] = {}
+    if args.libraries:
+        result["libraries"] = bench_libraries(args)
     if args.harvest:
         result["harvest"] = bench_harvest(args)
     if args.ab:
@@ -266,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error("--ab needs --model and --rows")
         result["ab"] = bench_ab(args)
     if not result:
-        ap.error("nothing to do: --harvest and/or --ab")
+        ap.error("nothing to do: --libraries, --harvest and/or --ab")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=2, default=str))

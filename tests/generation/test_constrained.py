@@ -16,9 +16,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CODEC_DATA = ROOT / "tests" / "codec" / "data"
 # every record of these is fed through the constraint; the H200 harvest (902 records) is covered by
-# benchmarks/constrained_bench.py --harvest (results/constrained-decoding.md): here a sample per workload
+# benchmarks/constrained_bench.py --harvest (results/constrained-decoding.md): here one record per workload
+# (48, `post *` form) when data/ is pulled (`dvc pull data.dvc`), to stay within the test budget
 CUDA_HARVEST = ROOT / "data" / "harvest" / "cuda-sm_90-6e5dd8"
-CUDA_PER_WORKLOAD = 2
+CUDA_PER_WORKLOAD = 1
 
 
 def _hf(tokenizer_obj):
@@ -93,7 +94,7 @@ def test_real_harvest_records_are_never_forbidden(harvested, smollm2):
     checked, failures = 0, []
     for d, n in per.items():
         for name, mod, target, trace_json in _records([d], n):
-            for form, text in _forms(trace_json):
+            for form, text in _forms(trace_json)[:1 if n else None]:
                 why = _feed(engine, Workload(mod, target), text, smollm2)
                 checked += 1
                 if why:
