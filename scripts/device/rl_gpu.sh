@@ -44,16 +44,18 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=index,name,memory.tot
 
 # GPU recipe (rl-notes §10-14): 8 prompts x 8 completions per step, SmolLM2 lr 2e-6, KL 0.02 against the SFT
 # model, 2560-token scripts (SmolLM2 scripts: median 554 tokens, max 2376), full MetaSchedule timing protocol
-# (the H200's spread is 0.0005: no cheaper protocol needed), rewards rounded to 0.01 on CUDA; probes of 8
-# retained prompts x 10 rollouts every 5 steps. Later --set items override these.
+# (the H200's spread is 0.0005: no cheaper protocol needed), rewards rounded to 0.01 on CUDA; screening 48
+# prompts x 6 rollouts; probes of 6 retained prompts x 10 rollouts every 4 steps; a checkpoint every 2 steps.
+# Screening takes a large part of the first call: a second call (same arguments, same warm machine) resumes
+# from the last checkpoint with the saved screen and extends the probe curves. Later --set items override.
 ARGS=(train rl --train "$TRAIN" --model "$MODEL" --out "$RUN_DIR/out"
   --plot "$OUT/rl_probe.png" --curves "$OUT/rl_probe.json"
   --set "target=\"$TARGET\"" --set "reward_devices=\"$REWARD_DEVICES\"" --set eval_pool_size="$POOL"
-  --set max_wall_s="$WALL_S" --set max_steps=500 --set max_prompts=96 --set screen_rollouts=8
+  --set max_wall_s="$WALL_S" --set max_steps=500 --set max_prompts=48 --set screen_rollouts=6
   --set min_active_prompts=8 --set prompts_per_step=8 --set num_generations=8 --set learning_rate=2e-6
-  --set beta=0.02 --set max_completion_length=2560 --set max_prompt_length=5632 --set probe_prompts=8
-  --set probe_every=5 --set generation_batch_size=128 --set save_steps=5 --set retire_after=2
-  --set reprobe_every=10 --set cpu_threads=0 --set register=$REGISTER "$@")
+  --set beta=0.02 --set max_completion_length=2560 --set max_prompt_length=5632 --set probe_prompts=6
+  --set probe_every=4 --set generation_batch_size=128 --set save_steps=2 --set retire_after=2
+  --set reprobe_every=8 --set cpu_threads=0 --set register=$REGISTER "$@")
 
 t0=$(date +%s)
 timeout $((WALL_S + 170)) "$PY" -m little_dragon.cli "${ARGS[@]}" 2>&1 | tee "$OUT/rl.log" | grep -v -i warning | tail -n 40
@@ -66,7 +68,7 @@ done
 import json, sys
 m = json.load(open(sys.argv[1]))
 ev, split = m["evaluator"], m["time_split_s"]
-n = max(m["steps"] - (int((m["resumed_from"] or "checkpoint-0").rsplit("-", 1)[1])), 1)
+n = max(len(m["per_step"]), 1)  # time_split_s sums the whole run's steps (a resumed run's too)
 print(f"RL {m['steps']} steps (resumed from {m['resumed_from']}), screen kept {m['screen']['kept']}/"
       f"{m['screen']['candidates']} ({m['screen'].get('kept_by_task')}); device {ev['device']}")
 print("per step: " + ", ".join(f"{k} {v / n:.1f}" for k, v in split.items()) + f"; reward share {m['reward_share']:.0%}")

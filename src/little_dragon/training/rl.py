@@ -349,6 +349,7 @@ def train_rl(cfg: RLConfig, train_path: str | os.PathLike, model: str, out_dir: 
                           "events": retention.events},
             "probe": probe_cb.history, "model_source": source, "parent_model": parent, "precision": precision,
             "per_step": [{k: v for k, v in h.items() if isinstance(v, (int, float))} for h in hist if "reward" in h],
+            # the whole run's steps: a resumed run's log history starts with its checkpoint's
             "wall_s": time.perf_counter() - t_start, "train_wall_s": train_s,
         }
         if probe_cb.history:
