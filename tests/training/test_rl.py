@@ -91,6 +91,7 @@ def test_grpo_steps_ran_on_real_rewards_and_resumed(rl_run):
         assert abs(sum(v for k, v in s.items() if k.startswith("kernel/category/")) - 1) < 1e-6
         assert s["time/reward_s"] > 0 and s["time/generation_s"] > 0 and 0 < s["time/reward_share"] < 1
         assert s["rl/active_prompts"] >= 1 and "entropy" in s and "completions/mean_length" in s
+        assert s["kl"] >= 0  # beta 0.02: the SFT model is the reference
     ev = second["evaluator"]
     assert ev["scripts"] > 0 and 0 <= ev["cache_hit_rate"] <= 1 and ev["restarts"] == 0
     assert (rl_run["dir"] / "out" / "model" / "model.safetensors").is_file()

@@ -91,31 +91,39 @@ def pick_probe_prompts(screened: list[dict[str, Any]], pool: dict[int, dict[str,
 
 
 # ---------------------------------------------------------------------------------------------- model
-def load_start_model(model: str, dtype: Any = None) -> tuple[Any, Any, str, str | None]:
+def load_start_model(model: str, dtype: Any = None, local_copy: Path | None = None) -> tuple[Any, Any, str, str | None]:
     """(model, tokenizer, source, parent registry URI) of a model dir or a ``models:/NAME/VERSION`` URI.
 
-    A model dir written by the SFT stage names its registry version in the ``metrics.json`` beside it."""
+    A model dir written by the SFT stage names its registry version in the ``metrics.json`` beside it.  A
+    registry version is saved to ``local_copy`` and loaded from there: TRL builds the KL reference model
+    from the policy's ``name_or_path``, which must stay a readable directory."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    parent = None
     if model.startswith("models:/"):
         from little_dragon.training.registry import load_registered
 
         m, tok = load_registered(model)
-        if dtype is not None:
-            m = m.to(dtype)
-        return m, tok, model, model
-    path = Path(model)
+        if local_copy is None:
+            return (m.to(dtype) if dtype is not None else m), tok, model, model
+        with atomic.atomic_path(local_copy) as tmp:
+            m.save_pretrained(str(tmp))
+            tok.save_pretrained(str(tmp))
+        parent, source_name = model, model
+        path = local_copy
+    else:
+        path = Path(model)
+        source_name = f"local:{path}"
     if not path.is_dir():
         raise FileNotFoundError(f"{model}: start model not found (run the sft stage, or give models:/NAME/VERSION)")
     tok = AutoTokenizer.from_pretrained(str(path))
     m = AutoModelForCausalLM.from_pretrained(str(path), **({"dtype": dtype} if dtype is not None else {}))
-    parent = None
     sft_metrics = path.parent / "metrics.json"
-    if sft_metrics.is_file():
+    if parent is None and sft_metrics.is_file():
         parent = (json.loads(sft_metrics.read_text()).get("registry") or {}).get("registry_uri")
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    return m, tok, f"local:{path}", parent
+    return m, tok, source_name, parent
 
 
 def _precision(cfg: RLConfig) -> str:
@@ -244,7 +252,8 @@ def train_rl(cfg: RLConfig, train_path: str | os.PathLike, model: str, out_dir: 
         torch.set_num_threads(cfg.cpu_threads)
     precision = _precision(cfg)
     args = grpo_arguments(cfg, out_dir, precision)
-    policy, tok, source, parent = load_start_model(model, torch.bfloat16 if precision == "bf16" else None)
+    policy, tok, source, parent = load_start_model(model, torch.bfloat16 if precision == "bf16" else None,
+                                                   local_copy=out_dir / "start_model")
     if torch.cuda.is_available():
         policy.to("cuda:0")
     place_reward_devices(cfg.reward_devices)

@@ -59,7 +59,8 @@ class RLConfig:
     num_generations: int = field(4, help="Completions per prompt (the GRPO group).")
     learning_rate: float = field(1e-4, help="Peak learning rate (SmolLM2: ~1e-6..5e-6).")
     lr_scheduler: str = field("constant", help="Transformers learning-rate schedule name.")
-    beta: float = field(0.0, help="KL coefficient against the start model (0: no reference model is loaded).")
+    beta: float = field(0.02, help="KL coefficient against the start model (TRL loads it as the reference; 0: none, "
+                                   "and no KL is computed). The prompt pool is small and revisited often.")
     loss_type: str = field("dapo", help="TRL GRPO loss aggregation (grpo, dr_grpo, dapo, bnpo, ...).")
     epsilon: float = field(0.2, help="Lower clipping range of the policy ratio.")
     epsilon_high: float = field(0.28, help="Upper clipping range (DAPO clip-higher).")
