@@ -211,10 +211,12 @@ def run_stage(name: str, argv: list[str], dvc_commit: bool, force: bool) -> str:
         raise StageFailed(_failure(name, f"`dragon {' '.join(argv)}` exited {rc}"))
     if dvc_commit:
         # record the outputs in dvc.lock, exactly as `dvc repro` would have
-        res = subprocess.run([sys.executable, "-m", "dvc", "commit", "--force", "--quiet", name], cwd=ROOT,
+        res = subprocess.run([sys.executable, "-m", "dvc", "commit", "--force", name], cwd=ROOT,
                              capture_output=True, text=True)
         if res.returncode != 0:
-            raise StageFailed(_failure(name, f"`dvc commit {name}` failed: {res.stderr.strip()[-800:]}"))
+            why = (res.stderr or res.stdout).strip()[-800:]
+            raise StageFailed(f"stage {name!r} ran, but `dvc commit {name}` failed: {why}. What to do: the stage did "
+                              f"not write an output dvc.yaml declares; fix the stage or dvc.yaml and re-run")
     logger.info("stage %s: done in %.1f s", name, time.perf_counter() - t0)
     return "ran"
 

@@ -87,3 +87,15 @@ def test_unseen_family_fails_naming_the_expectation(tmp_path, workloads, monkeyp
     res = _run(tmp_path, old, new, enforce=False)
     assert res.success and "expect_column_kl_divergence_to_be_less_than" in res.message
     assert "reported only" in (tmp_path / "drift" / "README.md").read_text()
+
+
+def test_first_harvest_of_a_target_is_skipped_saying_why(tmp_path, workloads, monkeypatch):
+    monkeypatch.setenv("DRAGON_NO_MLFLOW", "1")
+    every = set(workloads["workload_id"])
+    res = _run(tmp_path, sorted(every), every)  # the training split holds only this batch
+    assert res.success and res.skipped.startswith("no earlier training data")
+    # strict JSON (no NaN), and the stage's declared outputs exist, the Data Docs page naming the reason
+    metrics = json.loads((tmp_path / "drift" / "metrics.json").read_text(),
+                         parse_constant=lambda c: pytest.fail(f"{c} in metrics.json"))
+    assert metrics["verdict"].startswith("SKIPPED")
+    assert "skipped" in (tmp_path / "docs" / "drift" / "index.html").read_text()

@@ -66,5 +66,6 @@ def ui_pages(prefect_url: str, mlflow_url: str, project_root: str | os.PathLike,
         "prefect-flow-run": (f"{prefect_url}/runs/flow-run/{flow_run['id']}", [flow_run["name"], "Completed"]),
         "mlflow-registered-model": (f"{mlflow_url}/#/models/{model_name}", [model_name, "Version 1", *([alias] if alias else [])]),
         "gx-data-docs": ((docs / "examples" / "index.html").as_uri(), ["examples", "family_mix"]),
-        "gx-data-docs-drift": ((docs / "drift" / "index.html").as_uri(), ["drift_workloads"]),
+        # the drift suite's site (a page naming the reason when the check was skipped: a first harvest)
+        "gx-data-docs-drift": ((docs / "drift" / "index.html").as_uri(), ["drift"]),
     }

@@ -137,6 +137,28 @@ def write_report(out_dir: Path, m: dict[str, Any], result: Any, cfg: DriftConfig
     return path
 
 
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_json_safe(x) for x in v]
+    return v
+
+
+def _skipped_docs(qc: Any, reason: str) -> None:
+    import html
+
+    from little_dragon import atomic
+    from little_dragon.quality.gate import _resolve
+
+    atomic.write_text(_resolve(qc.data_docs_dir) / "drift" / "index.html",
+                      "<!doctype html><html><head><title>Data Docs: drift</title></head><body>"
+                      "<h1>Great Expectations suite: drift</h1>"
+                      f"<p>The drift check was skipped: {html.escape(reason)}.</p></body></html>\n")
+
+
 def drift_stage(cfg: DriftConfig, ds: Any, qc: Any, target: dict) -> DriftResult:
     from little_dragon import atomic, tracking
     from little_dragon.config import flat_params
@@ -160,11 +182,13 @@ def drift_stage(cfg: DriftConfig, ds: Any, qc: Any, target: dict) -> DriftResult
             success = result.success
             verdict = "no drift" if success else (
                 "DRIFT" + ("" if cfg.enforce else " (reported only: drift.enforce is false)"))
+        if result is None:  # the Data Docs site still says what happened (and is the stage's declared output)
+            _skipped_docs(qc, skipped)
         plot_drift(data, out_dir / "drift.png")
         report = write_report(out_dir, m, result, cfg, verdict)
         metrics = {**m, "success": success, "verdict": verdict,
                    "failed_expectations": [o.describe() for o in result.outcomes if not o.success] if result else []}
-        atomic.write_json(out_dir / "metrics.json", metrics)
+        atomic.write_json(out_dir / "metrics.json", _json_safe(metrics))  # NaN/inf are not JSON: null
         message = ""
         if result is not None and not success:
             message = result.failure_message(qc.max_reported_rows) + "\n" + WHAT_TO_DO.format(report=report)
