@@ -85,3 +85,19 @@ def test_cli_writes_the_report_and_fails_on_a_disagreement(tmp_path, monkeypatch
     assert d["category"] == "verify_error" and "post-processing section differs" in d["message"]
     assert "line " in d["message"]
     assert (tmp_path / "out" / "agreement.md").read_text().count("verify_error") >= 1
+
+
+def test_tensor_intrinsics_register_with_the_light_stack():
+    """import_tensor_intrinsics registers the wmma intrinsics (the tensor-core records above need them) and
+    leaves inspect.stack as it was."""
+    import inspect
+
+    from little_dragon.tvmx.build import import_tensor_intrinsics
+
+    before = inspect.stack
+    import_tensor_intrinsics()
+    import_tensor_intrinsics()        # once per process
+    from tvm.s_tir import TensorIntrin
+
+    assert TensorIntrin.get("wmma_sync_16x16x16_f16f16f32") is not None
+    assert inspect.stack is before

@@ -74,8 +74,9 @@ def _disarm() -> None:
 
 def _load_intrinsics() -> None:
     if not _S.intrinsics_loaded:
-        import tvm.s_tir.tensor_intrin  # noqa: F401
+        from little_dragon.tvmx.build import import_tensor_intrinsics
 
+        import_tensor_intrinsics()
         _S.intrinsics_loaded = True
 
 

@@ -50,5 +50,42 @@ def without_sanity_check(local_cls: Any) -> Any:
 
 
 def import_tensor_intrinsics() -> None:
-    """Register the tensor-core intrinsics (needed to load or apply tensor-core traces); slow, once."""
-    import tvm.s_tir.tensor_intrin  # noqa: F401
+    """Register the tensor-core intrinsics (needed to load or apply tensor-core traces); once per process.
+
+    The module parses ~200 TVMScript intrinsics, and each ``@T.prim_func`` calls ``inspect.stack()``, which
+    builds source context for every frame of the (deep, import-machinery) stack: ``getsourcefile`` scans all
+    of ``sys.modules`` for frames of generated code. In a process that has imported the project (~2,000
+    modules) that took 361 s under load here, 38 s with ``_light_stack`` (same machine, same load). TVM reads
+    only the third frame's source line (``is_defined_in_class``) and the frames' locals (closure
+    variables), which ``_light_stack`` keeps."""
+    import sys
+
+    if "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+    import inspect
+
+    saved = inspect.stack
+    inspect.stack = _light_stack
+    try:
+        import tvm.s_tir.tensor_intrin  # noqa: F401
+    finally:
+        inspect.stack = saved
+
+
+def _light_stack(context: int = 1) -> list:
+    """``inspect.stack()`` with full frame info (source context) for the innermost three frames only."""
+    import inspect
+    import sys
+
+    frame = sys._getframe(1)
+    out: list = []
+    while frame is not None:
+        if len(out) < 3:
+            info = inspect.getframeinfo(frame, context)
+            out.append(inspect.FrameInfo(frame, *info, positions=info.positions))
+        else:
+            code = frame.f_code
+            out.append(inspect.FrameInfo(frame, code.co_filename, frame.f_lineno, code.co_name, None, None,
+                                         positions=None))
+        frame = frame.f_back
+    return out
