@@ -2,7 +2,6 @@
 lives in test_evaluation_stage.py, beside the trained test model)."""
 from __future__ import annotations
 
-import pytest
 
 KERNEL = '''# a user's kernel: C = A @ B, 32x32 float32
 from tvm.script import ir as I

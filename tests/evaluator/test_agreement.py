@@ -7,7 +7,6 @@ Mismatched W_global.ndim`` (the weight passed in its original layout to a kernel
 one)."""
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest

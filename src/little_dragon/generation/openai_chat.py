@@ -15,7 +15,6 @@ import re
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 from little_dragon.errors import UserError
 from little_dragon.generation.config import GenerationConfig
