@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import random
+import time
 from typing import Any
 
 import numpy as np
@@ -120,21 +121,49 @@ def metaschedule_curve(trials: HarvestTrials) -> tuple[np.ndarray, np.ndarray]:
     return t, best
 
 
+def _random_for_all(jobs: list[tuple[str, str, dict[str, Any], int, int]]) -> dict[str, list[str] | str]:
+    """prompt_id -> scripts (or the error text), for (prompt_id, tvmscript, target, k, seed) jobs."""
+    out: dict[str, list[str] | str] = {}
+    for pid, script, target, k, seed in jobs:
+        t0 = time.perf_counter()
+        try:
+            out[pid] = random_design_space_scripts(script, target, k, seed)
+        except Exception as e:  # noqa: BLE001  a workload whose space TVM cannot generate: reported empty
+            out[pid] = f"{type(e).__name__}: {e}"
+        log.info("%s: random design-space schedules in %.1f s", pid, time.perf_counter() - t0)
+    return out
+
+
+def random_baselines(jobs: list[tuple[str, str, dict[str, Any], int, int]]) -> dict[str, list[str] | str]:
+    """``_random_for_all`` in a fresh (spawned) process.  MetaSchedule's TuneContext imports TVM's tensor
+    intrinsics, whose TVMScript parser calls ``inspect.stack()``; that walks ``sys.modules`` for every frame,
+    and with torch and transformers loaded (after generation) it took over 10 minutes instead of ~20 s."""
+    import concurrent.futures
+    import multiprocessing
+
+    if not jobs:
+        return {}
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+        return ex.submit(_random_for_all, jobs).result()
+
+
 def baseline_plan(prompts: list[EvalPrompt], k: int, target: dict[str, Any], index: HarvestIndex | None,
                   random_baseline: bool, seed: int) -> list[tuple[EvalPrompt, str, list[str]]]:
     """(prompt, method, scripts) for every baseline at k."""
     plan: list[tuple[EvalPrompt, str, list[str]]] = []
-    for i, p in enumerate(prompts):
+    rnd = random_baselines([(p.prompt_id, p.tvmscript, dict(target), k, seed + i) for i, p in enumerate(prompts)
+                            if p.task == "construction"]) if random_baseline else {}
+    for p in prompts:
         if p.task == "refinement":
             if p.given_script:
                 plan.append((p, "given", [p.given_script]))
             continue
         if random_baseline:
-            try:
-                plan.append((p, "random", random_design_space_scripts(p.tvmscript, target, k, seed + i)))
-            except Exception as e:  # noqa: BLE001  a workload whose space TVM cannot generate: reported empty
-                log.warning("%s: random design-space baseline failed: %s", p.workload_id, e)
-                plan.append((p, "random", []))
+            got = rnd.get(p.prompt_id, [])
+            if isinstance(got, str):
+                log.warning("%s: random design-space baseline failed: %s", p.workload_id, got)
+                got = []
+            plan.append((p, "random", got))
         if index is not None:
             tr = index.trials(p.workload_id)
             if tr is None:
