@@ -230,7 +230,7 @@ def _evaluate(verdicts: list[tuple[dict[str, Any], str, Any]]) -> dict[str, Any]
     speedups = []
     for target, items in by_target.items():
         with Evaluator(json.loads(target)) as ev:
-            reqs = [EvalRequest(r["tvmscript"], s, r.get("previous_script") or None) for r, s in items]
+            reqs = [EvalRequest(r["tvmscript"], s, r.get("start_script") or None) for r, s in items]
             for res in ev.evaluate_batch(reqs):
                 cats[res.category] += 1
                 if res.category == "correct" and res.speedup:
