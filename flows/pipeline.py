@@ -31,6 +31,7 @@ import yaml
 
 import little_dragon  # noqa: F401  (embedded defaults, e.g. PREFECT_HOME, before Prefect reads settings)
 from prefect import flow, get_run_logger, task
+from prefect.runtime import deployment as current_deployment
 from prefect.runtime import flow_run as current_flow_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -241,7 +242,7 @@ def _record_in_mlflow(t0: float, summary: dict[str, Any], status: str) -> str | 
     with mlflow.start_run(run_name=f"retraining-{time.strftime('%Y%m%d-%H%M%S')}") as run:
         mlflow.set_tags({"prefect.flow_run_id": str(current_flow_run.id or ""),
                          "prefect.flow_run_name": str(current_flow_run.name or ""),
-                         "prefect.deployment": str(current_flow_run.deployment_id or ""),
+                         "prefect.deployment": str(current_deployment.id or ""),
                          "git_commit": tracking.git_commit(), "status": status,
                          "stage_runs": ",".join(r.info.run_id for r in stage_runs)})
         mlflow.log_params({k: json.dumps(v) if not isinstance(v, str) else v
@@ -288,7 +289,10 @@ def pipeline(profile: str = "default", target: str = "", model: str = "", stages
             summary["ran" if state == "ran" else "skipped"].append(name)
             summary.pop("failed")
     except BaseException:
-        _record_in_mlflow(t0, summary, "failed")
+        try:  # never let the bookkeeping hide the stage's own error
+            _record_in_mlflow(t0, summary, "failed")
+        except Exception as e:
+            logger.warning("could not record the failed run in MLflow: %s", e)
         raise
     summary["mlflow_run_id"] = _record_in_mlflow(t0, summary, "completed")
     logger.info("pipeline: ran %s, skipped %s", summary["ran"], summary["skipped"])
