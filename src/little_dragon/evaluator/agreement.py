@@ -198,8 +198,10 @@ def _has_device(target: dict) -> bool:
 
 
 def check_agreement(records: list[ValidRecord], *, form: str = "post", stop_after: str = "auto",
-                    cfg: Any = None, timing_cfg: Any = None, batch: int = 64) -> list[AgreementReport]:
-    """Evaluate every record (one Evaluator per target) and compare with MetaSchedule's verdict."""
+                    cfg: Any = None, timing_cfg: Any = None, batch: int = 64,
+                    progress: Any = None) -> list[AgreementReport]:
+    """Evaluate every record (one Evaluator per target) and compare with MetaSchedule's verdict;
+    ``progress(reports)`` after every batch (a killed run keeps what it measured)."""
     from little_dragon.evaluator.config import EvaluatorConfig
     from little_dragon.evaluator.outcome import CHECKED_ONLY
     from little_dragon.evaluator.pool import EvalRequest, Evaluator
@@ -244,9 +246,11 @@ def check_agreement(records: list[ValidRecord], *, form: str = "post", stop_afte
                                                   "harvest_latency_us": r.latency_us,
                                                   "message": (res.message or "")[:600]})
                 log.info("%s: %d/%d records, %d agree", rep.target_key, rep.records, len(recs), rep.agreed)
-            rep.workloads = len({(r.source, r.workload_id) for r in recs})
-            rep.latency_ratio = _quantiles(ratios)
-            rep.wall_s = time.perf_counter() - t0
+                rep.workloads = len({(r.source, r.workload_id) for r in recs[:rep.records]})
+                rep.latency_ratio = _quantiles(ratios)
+                rep.wall_s = time.perf_counter() - t0
+                if progress is not None:
+                    progress(reports + [rep])
         reports.append(rep)
     return reports
 
@@ -310,7 +314,8 @@ def run(args: argparse.Namespace) -> list[AgreementReport]:
     if not records:
         raise FileNotFoundError(f"no measured-valid records under {', '.join(args.roots)}")
     reports = check_agreement(records, form=args.form, stop_after=args.stop_after, cfg=cfg,
-                              timing_cfg=load_section("timing"))
+                              timing_cfg=load_section("timing"),
+                              progress=(lambda reps: write_report(reps, args.out)) if args.out else None)
     print(render_markdown(reports))
     if args.out:
         write_report(reports, args.out)
