@@ -197,7 +197,7 @@ def _arm(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: argp
 
 
 def _score(rows: list[dict[str, Any]], attempts: list[list[str]], tok: Any, evaluate: bool) -> dict[str, Any]:
-    from little_dragon.training.validity import check_script
+    from little_dragon.datasets.validity import check_script
 
     n = dec = ok = 0
     verdicts = []

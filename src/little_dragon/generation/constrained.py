@@ -18,7 +18,7 @@ How (results/constrained-decoding.md has the library comparison and the A/B):
   preconditions).  A line that does not apply ends the attempt (EOS is forced: no tokens are wasted on a
   dead schedule); the attempt counts as rejected (``ConstraintStats``) and ``generate_constrained``
   resamples it, up to ``max_resamples`` times, counting every resample.  ``post *`` is derived and
-  checked by the final decode (``training.validity.check_script``).
+  checked by the final decode (``datasets.validity.check_script``).
 
 **RL log-probabilities.**  A constrained rollout samples from the masked, renormalised distribution
 ``p_m(t) = p(t) / Z`` over the allowed set.  GRPO's ratio and policy gradient must use that same
