@@ -95,7 +95,7 @@ def test_cuda_verifier_rejects_oversized_blocks(eval_cfg, timing_cfg, tmp_path):
         sch.bind(tx, "threadIdx.x")
 
     def bound_512(sch):  # a real (if plain) schedule: 32 blocks of 512 threads (1024 threads would be exactly
-        i, j, _ = sch.get_loops(sch.get_sblock("C"))  # what RewriteUnboundBlock does to an empty script: no_op)
+        i, j, _ = sch.get_loops(sch.get_sblock("C"))  # what RewriteUnboundBlock does to an empty script: a copy)
         bx, tx = sch.split(sch.fuse(i, j), [32, 512])
         sch.bind(bx, "blockIdx.x")
         sch.bind(tx, "threadIdx.x")

@@ -45,11 +45,15 @@ def test_empty_script_is_no_op_on_cuda(eval_cfg, timing_cfg, tmp_path):
     mod = matmul(128)
     cfg = dataclasses.replace(eval_cfg, pool_size=1, cache_path="")
     with Evaluator(CUDA_H200, cfg, timing_cfg, stop_after="build") as ev:
-        empty, note, real = ev.evaluate_batch([EvalRequest(mod, schedule(mod, lambda sch: None)),
-                                               EvalRequest(mod, schedule(mod, _annotate_only)),
-                                               EvalRequest(mod, _bound(mod, 256))])
+        empty, note, real, default = ev.evaluate_batch([EvalRequest(mod, schedule(mod, lambda sch: None)),
+                                                        EvalRequest(mod, schedule(mod, _annotate_only)),
+                                                        EvalRequest(mod, _bound(mod, 256)),
+                                                        EvalRequest(mod, _bound(mod, 1024))])
     assert empty.category == "no_op" and note.category == "no_op", (empty.message, note.message)
-    assert real.category == "built", real.message
+    assert real.category == "built" and not real.copy, real.message
+    # real scheduling that lands exactly on RewriteUnboundBlock's default (MetaSchedule samples such
+    # schedules): a valid kernel, credited as a copy of the default one, never as an improvement
+    assert default.category == "built" and default.copy, default.message
 
 
 def _bound(mod, threads: int) -> str:

@@ -28,7 +28,8 @@ class EvalResult:
     speedup: float | None = None
     reward: float = 0.0
     mode: str = "construction"           # or "refinement": speedup against reference_us
-    copy: bool = False                   # refinement: the given script's kernel back (correct, no speed bonus)
+    copy: bool = False                   # a kernel the prompt had: the given script's, or the default one an
+                                         # empty script gets (correct, copy_reward, no speed bonus)
     kernel_hash: str | None = None       # hash of the built kernel's generated code (replay.code_hash)
     reference_us: float | None = None    # latency of the script being refined
     spread: float | None = None          # (max - min) / median of the timed repeats

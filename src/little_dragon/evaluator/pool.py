@@ -304,10 +304,12 @@ class Evaluator:
         res.kernel_hash = raw.get("kernel_hash")
         if ref_raw is not None:
             res.mode = "refinement"
-        if res.category == "correct":
+        if res.category in ("correct", "built"):
+            # a kernel the prompt already had: the given script's (refinement; however the text was shuffled)
+            # or the empty script's default one: correct, never an improvement
+            res.copy = bool(raw.get("default_kernel")) or (
+                ref_raw is not None and bool(res.kernel_hash) and res.kernel_hash == ref_raw.get("kernel_hash"))
             if ref_raw is not None:
-                # the given script's kernel back, however the text was shuffled: correct, never an improvement
-                res.copy = bool(res.kernel_hash) and res.kernel_hash == ref_raw.get("kernel_hash")
                 res.reference_us = ref_raw.get("latency_us") if ref_raw.get("category") == "correct" else None
                 base = res.reference_us
                 if base is None:

@@ -5,13 +5,16 @@
 3. A script that wrote its post-processing section out must have written exactly what step 2 produced;
    the first differing instruction is reported with its script line.
 
-Two ways of scheduling nothing are failures of their own (``no_op``), never "correct": a sampled part that
-leaves the module as it was (empty, or only look-ups), and a schedule that compiles to the very code an
-empty script gives (annotations nothing reads; on CUDA the post-processors bind an unscheduled kernel's
-threads themselves, so "it runs" does not mean "the script did something").
+Scheduling nothing is a failure of its own (``no_op``), never "correct": a sampled part that leaves the
+module as it was (empty, or only look-ups), or one of look-ups, samples and annotations only that compiles
+to the very code an empty script gives (annotations nothing reads; on CUDA the post-processors bind an
+unscheduled kernel's threads themselves, so "it runs" does not mean "the script did something").
 
-``code_hash`` (of the generated code: LLVM IR, CUDA source) identifies the kernel: a refinement that
-compiles to the given script's code is a copy, however its text was shuffled.
+``code_hash`` (of the generated code: LLVM IR, CUDA source) identifies the kernel.  A script with real
+transformations that still compiles to the empty script's code (MetaSchedule samples such schedules: 3 of
+112 H200 records, a fuse/split/bind that equals RewriteUnboundBlock's default) is a correct kernel, and a
+*copy* of the default one: credited like a refinement that compiles to the given script's code (correct,
+``copy_reward``, below every kernel that changed something).
 """
 from __future__ import annotations
 
@@ -34,6 +37,16 @@ class ReplayFailure(Exception):
 class Replayed:
     sch: Any                   # the post-processed tvm.s_tir.Schedule
     layout_rewrite: bool       # holds a layout-rewrite pre-processing block (built two ways, see worker)
+
+
+# instructions that look things up, sample or annotate: a script of only these transforms no loop or block
+QUERY_KINDS = frozenset({"GetSBlock", "GetLoops", "GetChildBlocks", "GetProducers", "GetConsumers",
+                         "GetOutputBlocks", "SampleCategorical", "SamplePerfectTile", "SamplePartitionedTile",
+                         "SampleComputeLocation", "Annotate", "Unannotate", "EnterPostproc"})
+
+
+def transforms_anything(trace_json: list) -> bool:
+    return any(inst[0] not in QUERY_KINDS for inst in trace_json[0])
 
 
 def code_hash(rt_mod: Any) -> str:

@@ -178,7 +178,7 @@ def _evaluate(task: dict) -> dict:
 
     from little_dragon.evaluator import numerics
     from little_dragon.evaluator.replay import (LAYOUT_REWRITE_NOTE, NO_OP_CODE, ReplayFailure, code_hash, replay,
-                                                timing_args_info)
+                                                timing_args_info, transforms_anything)
     from little_dragon.tvmx import timing
     from little_dragon.tvmx.build import fast_build
     from little_dragon.tvmx.postprocs import needs_tensor_intrinsics
@@ -229,7 +229,9 @@ def _evaluate(task: dict) -> dict:
         res["phase_s"]["build"] = clock() - t1
         res["kernel_hash"] = code_hash(rt_mod)
         if res["kernel_hash"] == _empty_code_hash(task["workload_key"], mod):
-            return _fail(res, "no_op", "build", NO_OP_CODE)
+            if not transforms_anything(trace_json):
+                return _fail(res, "no_op", "build", NO_OP_CODE)
+            res["default_kernel"] = True  # real scheduling that lands on the default kernel: a copy of it
         if task.get("stop_after") == "build":
             res.update(category="built", phase="build")
             return res
