@@ -15,7 +15,8 @@
 #   env: OUT (results folder), PYTHON (default python3), ATTEMPTS (k, default 8), MAX_PROMPTS (per task and
 #        slice, default 10), MAX_NEW_TOKENS (default 1024), BATCH (sequences per generate call, default 256),
 #        BENCH_PROMPTS (default 100), SKIP_BENCH=1, SEALED (default artifacts/sealed), HARVEST_ROOTS
-#        (default data/harvest), TARGET (default cuda), RUN_DIR (scratch, default /tmp/eval_sealed).
+#        (default data/harvest), TARGET (default cuda), RUN_DIR (scratch, default /tmp/eval_sealed),
+#        ROWS (benchmark prompts, default artifacts/datasets/validation.jsonl).
 # Expected: ~1 min generation + ~4-6 min evaluation of ~800 scripts (16 build workers) + ~1-2 min benchmark.
 # CPU dry run (tiny model, llvm):
 #   PYTHON=.venv/bin/python TARGET=llvm OUT=/tmp/o ATTEMPTS=2 MAX_PROMPTS=2 MAX_NEW_TOKENS=256 BATCH=16 \
@@ -57,7 +58,7 @@ tar -czf "$OUT/eval_sealed_${TARGET}.tar.gz" -C "$RUN_DIR" eval report
 echo "evaluation: $((t1 - t0)) s; outputs in $OUT"
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  ROWS=artifacts/datasets/validation.jsonl
+  ROWS=${ROWS:-artifacts/datasets/validation.jsonl}
   [ -f "$ROWS" ] || ROWS=artifacts/datasets/train.jsonl
   "$PY" benchmarks/generation_speed.py --model "$MODEL" --rows "$ROWS" --prompts "$BENCH_PROMPTS" \
     --attempts "$ATTEMPTS" --batch-sizes "$BATCH" $((BENCH_PROMPTS * ATTEMPTS)) --max-new-tokens "$MAX_NEW_TOKENS" \
