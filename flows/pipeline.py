@@ -216,8 +216,8 @@ def run_stage(name: str, argv: list[str], dvc_commit: bool, force: bool) -> str:
                              capture_output=True, text=True)
         if res.returncode != 0:
             why = (res.stderr or res.stdout).strip()[-800:]
-            raise StageFailed(f"stage {name!r} ran, but `dvc commit {name}` failed: {why}. What to do: the stage did "
-                              f"not write an output dvc.yaml declares; fix the stage or dvc.yaml and re-run")
+            raise StageFailed(f"stage {name!r} ran, but `dvc commit {name}` failed: {why}. What to do: a dependency or "
+                              f"output dvc.yaml declares for it is missing (named above); fix that and re-run")
     logger.info("stage %s: done in %.1f s", name, time.perf_counter() - t0)
     return "ran"
 

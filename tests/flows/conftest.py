@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-COPY = ["src", "flows", "configs", "dvc.yaml", "params.yaml", ".dvc/config", ".dvcignore", "pyproject.toml",
-        ".gitignore"]
+COPY = ["src", "flows", "configs", "docs", "dvc.yaml", "params.yaml", ".dvc/config", ".dvcignore",
+        "pyproject.toml", ".gitignore"]  # docs: the evaluate stage depends on docs/codec.md
 
 
 def _free_port() -> int:
