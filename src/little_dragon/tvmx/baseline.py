@@ -21,9 +21,13 @@ def baseline_module(mod: Any, target: Any) -> tuple[Any, str]:
     tgt = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
     if tgt.kind.name == "llvm":
         return mod, KIND_UNSCHEDULED
+    # dlight's ApplyDefaultSchedule rewrites the IRModule it is given IN PLACE (seen on TVM 0.27): a fresh
+    # container keeps the caller's workload unscheduled (the evaluator caches it for every later script;
+    # scheduled by a baseline, later replays failed with "Cannot find a block with the name cast")
+    fresh = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
     with tgt:
         scheduled = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
-                                            dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
+                                            dl.gpu.GeneralReduction(), dl.gpu.Fallback())(fresh)
     return scheduled, KIND_DLIGHT
 
 
