@@ -47,3 +47,17 @@ def test_guard_refuses_other_readers(built):
     prompts = load_prompts(EvaluationConfig(sealed_dir=cfg.sealed_dir))
     assert {p.slice for p in prompts} == {"sealed", "heldout_family"}
     assert {p.task for p in prompts} == {"construction", "refinement"}
+
+
+def test_target_flag_replaces_the_whole_target():
+    """`dragon eval run --target cuda` evaluates on the CUDA target as such: nothing of the llvm default
+    (num-cores) is merged in (TVM refused {"kind": "cuda", "num-cores": 2} on the H200)."""
+    from little_dragon.evaluation.cli import load_configs
+    from little_dragon.tvmx import target as tgt
+
+    cfg, *_ = load_configs(target="cuda")
+    assert cfg.target == tgt.normalize("cuda") and "num-cores" not in cfg.target
+    cfg, *_ = load_configs(["target.max_threads_per_block=512"], target="cuda")
+    assert cfg.target["max_threads_per_block"] == 512 and cfg.target["kind"] == "cuda"
+    cfg, *_ = load_configs()
+    assert cfg.target["kind"] == "llvm"

@@ -40,11 +40,18 @@ def load_configs(eval_overrides: list[str] = (), gen_overrides: list[str] = (), 
     from little_dragon.config import load_section, parse_overrides
     from little_dragon.tvmx import target as tgt
 
+    import dataclasses
+
+    from little_dragon.config import deep_merge
+
     ov = parse_overrides(list(eval_overrides))
+    cfg = load_section("evaluation", overrides=ov or None)
     if target:
-        ov["target"] = tgt.normalize(target)
-    return (load_section("evaluation", overrides=ov or None), load_section("generation",
-            overrides=parse_overrides(list(gen_overrides)) or None), load_section("evaluator"), load_section("timing"))
+        # --target replaces the whole target (as `dragon harvest --target`): deep-merged into the llvm default,
+        # `cuda` kept its "num-cores" and TVM refused the target on the H200; --set target.KEY still applies
+        cfg = dataclasses.replace(cfg, target=deep_merge(tgt.normalize(target), ov.get("target") or {}))
+    return (cfg, load_section("generation", overrides=parse_overrides(list(gen_overrides)) or None),
+            load_section("evaluator"), load_section("timing"))
 
 
 def main_run(args: argparse.Namespace) -> int:
