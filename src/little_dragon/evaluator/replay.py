@@ -97,7 +97,11 @@ def _normal(x: Any) -> Any:
 
 
 def _line_of(index: int, lines: list[int] | None) -> str:
-    return f"line {lines[index]}" if lines and index < len(lines) else f"instruction {index}"
+    if not lines:
+        return f"instruction {index}"
+    if index < len(lines):
+        return f"line {lines[index]}"
+    return f"line {lines[-1] + 1} (end of the script: an instruction is missing there)"
 
 
 def _check_written_post(sch: Any, mod: Any, trace_json: list, pre_len: int, written: list,
