@@ -93,10 +93,10 @@ def test_promotion_gate_refuses_untrained_and_promotes_better(evaluations, eval_
     assert not d1.promoted and "no champion yet" in d1.reason
     d2 = promote(tr, MODEL_NAME, cfg)
     assert d2.promoted, d2.reason
-    assert client.get_model_version_by_alias(MODEL_NAME, "champion").version == "2"
+    assert str(client.get_model_version_by_alias(MODEL_NAME, "champion").version) == "2"
     d3 = promote(un, MODEL_NAME, cfg)                     # now against the champion: worse, refused
     assert not d3.promoted and d3.champion == f"{MODEL_NAME}/v2"
-    assert client.get_model_version_by_alias(MODEL_NAME, "champion").version == "2"
+    assert str(client.get_model_version_by_alias(MODEL_NAME, "champion").version) == "2"
     assert d3.evidence["correctness_diff"]["diff"] < 0
     v1 = client.get_model_version(MODEL_NAME, "1")
     assert v1.tags["promotion.decision"] == "refused"

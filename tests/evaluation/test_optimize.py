@@ -10,7 +10,7 @@ from tvm.script import tirx as T
 
 @I.ir_module
 class Module:
-    @T.prim_func
+    @T.prim_func(s_tir=True)
     def main(A: T.Buffer((32, 32), "float32"), B: T.Buffer((32, 32), "float32"), C: T.Buffer((32, 32), "float32")):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
         for i, j, k in T.grid(32, 32, 32):
