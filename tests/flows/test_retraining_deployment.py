@@ -126,8 +126,11 @@ def test_ui_pages_in_headless_chromium(completed_run, services, project):
         if url.startswith("file:") and not Path(url[len("file://"):]).exists():
             missing[name] = "page file absent"
             continue
-        dom = rendered_dom(url)
-        lost = [n for n in needles if n not in dom]
+        for attempt in range(3):  # single-page apps fill in from their API asynchronously: give them longer
+            dom = rendered_dom(url, budget_ms=20000 * (attempt + 1))
+            lost = [n for n in needles if n not in dom]
+            if not lost:
+                break
         if lost:
             missing[name] = f"{url}: {lost} not on the rendered page ({len(dom)} chars)"
         if shots:
