@@ -107,7 +107,7 @@ def test_real_records_accepted_with_a_corpus_bpe(harvested):
     """The tiny model's kind of tokenizer (byte-level BPE over phrases: tokens such as ' = 1 1\\n' span
     several grammar terminals and end lines) accepts the same records."""
     from little_dragon.generation.constrained import TokenEngine, Workload
-    from little_dragon.training.tokenizer import train_bpe_tokenizer
+    from little_dragon.tokenizer import train_bpe_tokenizer
 
     recs = list(_records(_db_dirs(harvested)[:3]))  # the committed llvm and CUDA records
     texts = [t for *_, tj in recs for _, t in _forms(tj)]
