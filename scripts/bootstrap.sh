@@ -6,8 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 stamp=.venv/.bootstrap-$(sha256sum pyproject.toml scripts/bootstrap.sh | sha256sum | cut -c1-16)
 if [ -f "$stamp" ]; then exit 0; fi
+# the machine's python3, never .venv's (make puts .venv/bin first on PATH; that python has no pip)
+python3() { PATH="$(printf %s "$PATH" | tr ':' '\n' | grep -vx "$PWD/.venv/bin" | paste -sd: -)" command python3 "$@"; }
 python3 -m pip install -q --disable-pip-version-check uv >/dev/null 2>&1 || python3 -m pip install -q uv
-[ -x .venv/bin/python ] || python3 -m uv venv -q --python "$(command -v python3)" .venv
+[ -x .venv/bin/python ] || python3 -m uv venv -q --python "$(PATH="$(printf %s "$PATH" | tr ':' '\n' | grep -vx "$PWD/.venv/bin" | paste -sd: -)" command -v python3)" .venv
 export UV_PYTHON=.venv/bin/python UV_LINK_MODE=copy
 torch_wheel=$(ls /opt/wheels/torch-2.13.0+cpu-cp311-*.whl 2>/dev/null | head -n1 || true)
 overrides=$(mktemp)
