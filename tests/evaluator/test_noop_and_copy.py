@@ -107,3 +107,26 @@ def test_reward_ordering(evaluator):
     assert shaped_reward("correct", 1.0 + floor / 2, False, rc, kind="llvm") == rc.correct_base
     assert shaped_reward("correct", 2.0, False, rc, kind="llvm") > rc.correct_base
     assert shaped_reward("correct", 1.1, False, rc, kind="cuda") > rc.correct_base  # the H200 is quieter
+
+
+def test_code_hash_is_stable_across_builds(mm256, tuned_scripts):
+    """A kernel's identity must not depend on the compiling process: LLVM's alias metadata names buffers by
+    address, so the same kernel built twice (another build in between) differed until that was normalised."""
+    import tvm
+    from evkernels import LLVM, matmul
+    from tvm.s_tir import Schedule, Trace
+
+    from little_dragon.evaluator.replay import code_hash
+    from little_dragon.evaluator.script import decode_script
+    from little_dragon.tvmx.build import fast_build
+    from little_dragon.tvmx.postprocs import run_postprocs, target_postprocs
+
+    def build():
+        sch = Schedule(mm256)
+        Trace.apply_json_to_schedule(decode_script(tuned_scripts[0]), sch)
+        run_postprocs(sch, target_postprocs(mm256, LLVM))
+        return code_hash(fast_build(sch.mod, tvm.target.Target(LLVM)))
+
+    first = build()
+    fast_build(matmul(32), tvm.target.Target(LLVM))
+    assert build() == first
