@@ -183,12 +183,6 @@ def _quantiles(xs: list[float]) -> dict[str, float]:
             "min": xs[0], "max": xs[-1]}
 
 
-def _target_key(target: dict) -> str:
-    from little_dragon.tvmx import target as tgt
-
-    return tgt.key(target)
-
-
 def _has_device(target: dict) -> bool:
     if target.get("kind") != "cuda":
         return True
@@ -205,6 +199,7 @@ def check_agreement(records: list[ValidRecord], *, form: str = "post", stop_afte
     from little_dragon.evaluator.config import EvaluatorConfig
     from little_dragon.evaluator.outcome import CHECKED_ONLY
     from little_dragon.evaluator.pool import EvalRequest, Evaluator
+    from little_dragon.tvmx import target as tgt
     from little_dragon.tvmx.timing import TimingConfig
 
     if form not in FORMS:
@@ -221,7 +216,7 @@ def check_agreement(records: list[ValidRecord], *, form: str = "post", stop_afte
         passed = "correct" if mode == "time" else CHECKED_ONLY[mode]
         t0 = time.perf_counter()
         with Evaluator(target, cfg, timing_cfg, stop_after=mode) as ev:
-            rep = AgreementReport(_target_key(target), form, mode, ev.device)
+            rep = AgreementReport(tgt.key(target), form, mode, ev.device)
             ratios = []
             for i in range(0, len(recs), batch):
                 chunk = recs[i:i + batch]

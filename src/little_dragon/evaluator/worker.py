@@ -177,6 +177,7 @@ def _evaluate(task: dict) -> dict:
     import tvm
 
     from little_dragon.evaluator import numerics
+    from little_dragon.evaluator.outcome import CHECKED_ONLY
     from little_dragon.evaluator.replay import (LAYOUT_REWRITE_NOTE, NO_OP_CODE, ReplayFailure, code_hash, replay,
                                                 timing_args_info, transforms_anything)
     from little_dragon.tvmx import timing
@@ -208,7 +209,7 @@ def _evaluate(task: dict) -> dict:
             return _fail(res, e.category, phase, str(e)[:1500])
         res["phase_s"]["apply_verify"] = clock() - t0
         if task.get("stop_after") == "verify":
-            res.update(category="verified", phase="verify")
+            res.update(category=CHECKED_ONLY["verify"], phase="verify")
             return res
 
         t1 = clock()
@@ -233,7 +234,7 @@ def _evaluate(task: dict) -> dict:
                 return _fail(res, "no_op", "build", NO_OP_CODE)
             res["default_kernel"] = True  # real scheduling that lands on the default kernel: a copy of it
         if task.get("stop_after") == "build":
-            res.update(category="built", phase="build")
+            res.update(category=CHECKED_ONLY["build"], phase="build")
             return res
     _disarm()
 
