@@ -1,9 +1,11 @@
 """Generation speed: attempts/s of k attempts per prompt, batched with a KV cache (little_dragon.generation).
 
 Prompts are real dataset prompts (a JSONL of the training/validation set: the sealed set is not read here),
-repeated to ``--prompts``.  Each batch size in ``--batch-sizes`` (sequences per generate call) is timed after
-one warm-up batch; the table puts attempts/s side by side, plus the time for the whole job (the H200 target:
-8 attempts for each of 100 prompts in <= 60 s).
+repeated to ``--prompts``.  Each (KV cache, batch size) pair of ``--caches`` x ``--batch-sizes`` (sequences per
+generate call) is timed after a short warm-up batch (8 new tokens; with the static cache the warm-up holds the
+one-off compile, reported apart); the table puts attempts/s side by side, plus the time for the whole job (the
+H200 target: 8 attempts for each of 100 prompts in <= 60 s).  Each row is printed and written to ``--json`` as
+soon as it is measured, so a time-boxed run keeps what it measured.
 
     # CPU, the tiny model of a pipeline run
     .venv/bin/python benchmarks/generation_speed.py --model artifacts/sft --prompts 8 --attempts 4
@@ -30,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=100)
     ap.add_argument("--attempts", type=int, default=8)
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[32])
+    ap.add_argument("--caches", nargs="+", default=["dynamic"], choices=["dynamic", "static"],
+                    help="KV cache implementations to time (static: transformers compiles the decoding step on a GPU)")
     ap.add_argument("--max-new-tokens", type=int, default=768)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch default)")
@@ -52,34 +56,45 @@ def main(argv: list[str] | None = None) -> int:
     model, tok = load_weights(src, cfg.device, cfg.dtype)
     device = str(next(model.parameters()).device)
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    results = []
-    for bs in args.batch_sizes:
-        gen = LocalGenerator(src, dataclasses.replace(cfg, batch_size=bs), model=model, tokenizer=tok)
-        generate_attempts(gen, prompts[: max(1, bs // args.attempts)], args.attempts)  # warm-up
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        t0 = time.perf_counter()
-        res = generate_attempts(gen, prompts, args.attempts, chunk=len(prompts))
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
-        lens = [len(tok(s, add_special_tokens=False)["input_ids"]) for a in res.scripts for s in a]
-        results.append({"batch_size": bs, "seconds": dt, "attempts": res.attempts, "attempts_per_s": res.attempts / dt,
-                        "generated_tokens": sum(lens), "tokens_per_s": sum(lens) / dt,
-                        "max_script_tokens": max(lens), "peak_gpu_gb": (torch.cuda.max_memory_allocated() / 2**30
-                                                                       if torch.cuda.is_available() else None)})
+    results: list[dict] = []
     print(f"model {src.label} on {device} ({gpu}); {args.prompts} prompts x {args.attempts} attempts, "
-          f"max_new_tokens {args.max_new_tokens}, temperature {args.temperature}")
-    print(f"{'batch':>6} {'seconds':>9} {'attempts/s':>11} {'tokens/s':>10} {'max tok':>8} {'peak GB':>8}  vs first")
-    for r in results:
-        print(f"{r['batch_size']:>6} {r['seconds']:>9.1f} {r['attempts_per_s']:>11.2f} {r['tokens_per_s']:>10.0f} "
-              f"{r['max_script_tokens']:>8} {r['peak_gpu_gb'] or 0:>8.1f}  "
-              f"x{r['attempts_per_s'] / results[0]['attempts_per_s']:.2f}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"model": src.spec, "device": device, "gpu": gpu, "prompts": args.prompts,
-                                               "attempts": args.attempts, "max_new_tokens": args.max_new_tokens,
-                                               "temperature": args.temperature, "results": results}, indent=1))
+          f"max_new_tokens {args.max_new_tokens}, temperature {args.temperature}", flush=True)
+    print(f"{'cache':>8} {'batch':>6} {'seconds':>9} {'attempts/s':>11} {'tokens/s':>10} {'max tok':>8} {'peak GB':>8} "
+          f"{'warm-up s':>9}  vs first", flush=True)
+
+    def dump() -> None:
+        if args.json:
+            Path(args.json).write_text(json.dumps({
+                "model": src.spec, "device": device, "gpu": gpu, "prompts": args.prompts, "attempts": args.attempts,
+                "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "results": results}, indent=1))
+
+    for cache in args.caches:
+        for bs in args.batch_sizes:
+            gen = LocalGenerator(src, dataclasses.replace(cfg, batch_size=bs, cache_implementation=cache),
+                                 model=model, tokenizer=tok)
+            tw = time.perf_counter()
+            warm = LocalGenerator(src, dataclasses.replace(cfg, batch_size=bs, cache_implementation=cache,
+                                                           max_new_tokens=8), model=model, tokenizer=tok)
+            generate_attempts(warm, prompts[: max(1, bs // args.attempts)], args.attempts)
+            warm_s = time.perf_counter() - tw
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            t0 = time.perf_counter()
+            res = generate_attempts(gen, prompts, args.attempts, chunk=len(prompts))
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            lens = [len(tok(s, add_special_tokens=False)["input_ids"]) for a in res.scripts for s in a]
+            r = {"cache": cache, "batch_size": bs, "seconds": dt, "attempts": res.attempts,
+                 "attempts_per_s": res.attempts / dt, "generated_tokens": sum(lens), "tokens_per_s": sum(lens) / dt,
+                 "max_script_tokens": max(lens), "warmup_s": warm_s,
+                 "peak_gpu_gb": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None}
+            results.append(r)
+            print(f"{cache:>8} {bs:>6} {dt:>9.1f} {r['attempts_per_s']:>11.2f} {r['tokens_per_s']:>10.0f} "
+                  f"{r['max_script_tokens']:>8} {r['peak_gpu_gb'] or 0:>8.1f} {warm_s:>9.1f}  "
+                  f"x{r['attempts_per_s'] / results[0]['attempts_per_s']:.2f}", flush=True)
+            dump()
     return 0
 
 

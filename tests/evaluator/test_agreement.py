@@ -86,6 +86,32 @@ def test_cli_writes_the_report_and_fails_on_a_disagreement(tmp_path, monkeypatch
     assert (tmp_path / "out" / "agreement.md").read_text().count("verify_error") >= 1
 
 
+def test_a_run_with_the_same_journal_resumes(agree_cfg, timing_cfg, tmp_path):
+    """A time-boxed run on the device must not start over: records already judged in ``records.jsonl`` (same
+    form, depth, evaluator version) are not evaluated again, a torn last line is ignored, and the report
+    counts old and new records together."""
+    import json
+
+    recs = agreement.sample_records(agreement.find_valid_records([REAL_LLVM_DB]), per_workload=2)
+    assert len(recs) == 4
+    journal = tmp_path / "out" / "records.jsonl"
+    (first,) = agreement.check_agreement(recs[:2], form="post", stop_after="build", cfg=agree_cfg,
+                                         timing_cfg=timing_cfg, journal=journal)
+    assert first.agreed == first.records == 2
+    rows = [json.loads(x) for x in journal.read_text().splitlines()]
+    assert [r["category"] for r in rows] == ["built", "built"]
+    with journal.open("a") as f:
+        f.write('{"key": ["torn')                    # a kill in the middle of a write
+    (second,) = agreement.check_agreement(recs, form="post", stop_after="build", cfg=agree_cfg,
+                                          timing_cfg=timing_cfg, journal=journal)
+    assert second.agreed == second.records == 4 and second.workloads == 2
+    lines = journal.read_text().splitlines()
+    new = [json.loads(x) for x in lines[3:]]
+    assert len(new) == 2 and {tuple(r["key"]) for r in new} == {(r.source, r.workload_id, r.trial) for r in recs[2:]}
+    # another form is judged anew, not taken from this journal
+    assert agreement.read_journal(journal, "full") == {}
+
+
 def test_tensor_intrinsics_register_with_the_light_stack():
     """import_tensor_intrinsics registers the wmma intrinsics (the tensor-core records above need them) and
     leaves inspect.stack as it was."""

@@ -13,6 +13,16 @@ harvest stage's layout) and raw MetaSchedule JSON databases (``database_tuning_r
 
 Without the target's device (CUDA on a CPU machine) the check stops after code generation
 (``stop_after="build"``): decode, apply, post-process, verify, build; category ``built``.
+
+On disk (``--out DIR``): ``agreement.json`` / ``agreement.md``, the report, rewritten after every batch, and
+``records.jsonl``, one line per judged record, appended after every batch::
+
+    {"key": [source, workload_id, trial], "family", "target_key", "form", "device", "stop_after",
+     "evaluator_version",
+     "category", "latency_us", "harvest_latency_us", "layout_rewritten", "message", "wall_s"}
+
+A run given the same ``--out`` resumes: records already judged there with the same form, checking depth and
+evaluator version are not evaluated again (a killed or time-boxed run loses at most one batch).
 """
 from __future__ import annotations
 
@@ -21,6 +31,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import random
 import statistics
 import sys
@@ -191,14 +202,55 @@ def _has_device(target: dict) -> bool:
     return bool(tvm.cuda(0).exist)
 
 
+def _record_key(r: ValidRecord) -> list:
+    return [r.source, r.workload_id, r.trial]
+
+
+def read_journal(path: Path, form: str) -> dict[tuple, dict]:
+    """Judged records of an earlier run (``records.jsonl``) for ``form`` and this evaluator version, by
+    record key; a torn last line (killed mid-write) is ignored."""
+    from little_dragon.evaluator.pool import EVALUATOR_VERSION
+
+    done: dict[tuple, dict] = {}
+    if not path.exists():
+        return done
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("form") == form and row.get("evaluator_version") == EVALUATOR_VERSION:
+            done[(row["stop_after"], *row["key"])] = row
+    return done
+
+
+def _count(rep: AgreementReport, row: dict, passed: str, ratios: list[float]) -> None:
+    rep.records += 1
+    rep.device = rep.device or row.get("device", "")
+    rep.wall_s += row.get("wall_s", 0.0)
+    rep.categories[row["category"]] = rep.categories.get(row["category"], 0) + 1
+    rep.layout_rewrite += bool(row.get("layout_rewritten"))
+    if row["category"] == passed:
+        rep.agreed += 1
+        if row.get("latency_us"):
+            ratios.append(row["latency_us"] / row["harvest_latency_us"])
+    else:
+        source, wid, trial = row["key"]
+        rep.disagreements.append({"source": source, "workload_id": wid, "family": row.get("family", ""),
+                                  "trial": trial, "category": row["category"],
+                                  "harvest_latency_us": row["harvest_latency_us"], "message": row["message"]})
+
+
 def check_agreement(records: list[ValidRecord], *, form: str = "post", stop_after: str = "auto",
-                    cfg: Any = None, timing_cfg: Any = None, batch: int = 64,
-                    progress: Any = None) -> list[AgreementReport]:
+                    cfg: Any = None, timing_cfg: Any = None, batch: int = 32,
+                    progress: Any = None, journal: str | Path | None = None) -> list[AgreementReport]:
     """Evaluate every record (one Evaluator per target) and compare with MetaSchedule's verdict;
-    ``progress(reports)`` after every batch (a killed run keeps what it measured)."""
+    ``progress(reports)`` after every batch (a killed run keeps what it measured). With ``journal`` (a
+    ``records.jsonl``), every judged record is appended there and records it already holds are not
+    evaluated again (resume)."""
     from little_dragon.evaluator.config import EvaluatorConfig
     from little_dragon.evaluator.outcome import CHECKED_ONLY
-    from little_dragon.evaluator.pool import EvalRequest, Evaluator
+    from little_dragon.evaluator.pool import EVALUATOR_VERSION, EvalRequest, Evaluator
     from little_dragon.tvmx import target as tgt
     from little_dragon.tvmx.timing import TimingConfig
 
@@ -209,41 +261,65 @@ def check_agreement(records: list[ValidRecord], *, form: str = "post", stop_afte
     by_target: dict[str, list[ValidRecord]] = defaultdict(list)
     for r in records:
         by_target[json.dumps(r.target, sort_keys=True)].append(r)
+    journal = Path(journal) if journal else None
+    done = read_journal(journal, form) if journal else {}
     reports = []
     for tkey, recs in by_target.items():
         target = json.loads(tkey)
         mode = stop_after if stop_after != "auto" else ("time" if _has_device(target) else "build")
         passed = "correct" if mode == "time" else CHECKED_ONLY[mode]
-        t0 = time.perf_counter()
+        rep = AgreementReport(tgt.key(target), form, mode, "")
+        ratios: list[float] = []
+        todo = []
+        judged_wl: set[tuple] = set()
+        for r in recs:
+            row = done.get((mode, *_record_key(r)))
+            if row is None:
+                todo.append(r)
+            else:
+                _count(rep, row, passed, ratios)
+                judged_wl.add((r.source, r.workload_id))
+        if rep.records:
+            log.info("%s: resuming, %d of %d records already judged in %s", rep.target_key, rep.records,
+                     len(recs), journal)
+        rep.workloads = len(judged_wl)
+        rep.latency_ratio = _quantiles(ratios)
+        if not todo:
+            reports.append(rep)
+            continue
         with Evaluator(target, cfg, timing_cfg, stop_after=mode) as ev:
-            rep = AgreementReport(tgt.key(target), form, mode, ev.device)
-            ratios = []
-            for i in range(0, len(recs), batch):
-                chunk = recs[i:i + batch]
+            rep.device = ev.device
+            for i in range(0, len(todo), batch):
+                t0 = time.perf_counter()
+                chunk = todo[i:i + batch]
                 reqs = []
                 for r in chunk:
                     try:
                         reqs.append(EvalRequest(r.mod, script_for(r, form)))
                     except Exception as e:  # noqa: BLE001  the codec refuses it: a disagreement with a cause
                         reqs.append(EvalRequest(r.mod, f"# encode failed: {type(e).__name__}: {e}"))
-                for r, res in zip(chunk, ev.evaluate_batch(reqs)):
-                    rep.records += 1
-                    rep.categories[res.category] = rep.categories.get(res.category, 0) + 1
-                    if "layout-rewritten" in (res.message or ""):
-                        rep.layout_rewrite += 1
-                    if res.category == passed:
-                        rep.agreed += 1
-                        if res.latency_us:
-                            ratios.append(res.latency_us / r.latency_us)
-                    else:
-                        rep.disagreements.append({"source": r.source, "workload_id": r.workload_id,
-                                                  "family": r.family, "trial": r.trial, "category": res.category,
-                                                  "harvest_latency_us": r.latency_us,
-                                                  "message": (res.message or "")[:600]})
+                results = ev.evaluate_batch(reqs)
+                share = (time.perf_counter() - t0) / len(chunk)
+                rows = [{"key": _record_key(r), "family": r.family, "target_key": rep.target_key, "form": form,
+                         "device": ev.device, "stop_after": mode, "evaluator_version": EVALUATOR_VERSION, "category": res.category,
+                         "latency_us": res.latency_us, "harvest_latency_us": r.latency_us,
+                         "layout_rewritten": "layout-rewritten" in (res.message or ""),
+                         "message": (res.message or "")[:600], "wall_s": share}
+                        for r, res in zip(chunk, results)]
+                for row in rows:
+                    _count(rep, row, passed, ratios)
+                if journal is not None:
+                    journal.parent.mkdir(parents=True, exist_ok=True)
+                    torn = journal.exists() and journal.stat().st_size and not journal.read_bytes().endswith(b"\n")
+                    with journal.open("a") as f:        # whole lines, flushed: a kill tears at most the last
+                        f.write("\n" if torn else "")
+                        f.write("".join(json.dumps(row, default=str) + "\n" for row in rows))
+                        f.flush()
+                        os.fsync(f.fileno())
                 log.info("%s: %d/%d records, %d agree", rep.target_key, rep.records, len(recs), rep.agreed)
-                rep.workloads = len({(r.source, r.workload_id) for r in recs[:rep.records]})
+                judged_wl.update((r.source, r.workload_id) for r in chunk)
+                rep.workloads = len(judged_wl)
                 rep.latency_ratio = _quantiles(ratios)
-                rep.wall_s = time.perf_counter() - t0
                 if progress is not None:
                     progress(reports + [rep])
         reports.append(rep)
@@ -297,7 +373,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop-after", choices=("auto", "time", "build", "verify"), default="auto",
                    help="auto: time where the target's device exists, else stop after code generation")
     p.add_argument("--pool-size", type=int, default=0, help="evaluator workers (0: one per core)")
-    p.add_argument("--out", help="write agreement.json and agreement.md here")
+    p.add_argument("--out", help="write agreement.json, agreement.md and records.jsonl here; a run with the same "
+                                 "--out resumes (records already judged there are not evaluated again)")
+    p.add_argument("--fresh", action="store_true", help="with --out: forget the records judged there, start over")
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -308,8 +386,13 @@ def run(args: argparse.Namespace) -> list[AgreementReport]:
     records = sample_records(find_valid_records(args.roots), args.per_workload, args.seed)
     if not records:
         raise FileNotFoundError(f"no measured-valid records under {', '.join(args.roots)}")
+    journal = None
+    if args.out:
+        journal = Path(args.out) / "records.jsonl"
+        if args.fresh and journal.exists():
+            journal.unlink()
     reports = check_agreement(records, form=args.form, stop_after=args.stop_after, cfg=cfg,
-                              timing_cfg=load_section("timing"),
+                              timing_cfg=load_section("timing"), journal=journal,
                               progress=(lambda reps: write_report(reps, args.out)) if args.out else None)
     print(render_markdown(reports))
     if args.out:

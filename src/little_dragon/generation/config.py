@@ -13,6 +13,9 @@ class GenerationConfig:
                                          "attempt repeated k times).")
     batch_size: int = field(32, help="Sequences per generate() call (prompts x attempts); the KV cache of a "
                                      "batch is what bounds memory.")
+    cache_implementation: str = field("dynamic", help="KV cache of local generation: dynamic, or static (preallocated; "
+                                                      "transformers then compiles the decoding step on a GPU, a "
+                                                      "one-off compile per batch shape: benchmarks/generation_speed.py).")
     constrained: bool = field(False, help="Constrained decoding (generation/constrained.py): only scripts the "
                                           "codec grammar accepts; needs that module.")
     constrained_resamples: int = field(2, help="Constrained decoding: an attempt whose line failed to apply is "

@@ -78,7 +78,8 @@ class LocalGenerator:
 
         flat = sample_scripts(self.model, self.tokenizer, prompts, self.cfg.max_new_tokens, self.cfg.temperature,
                               batch_size=self.cfg.batch_size, num_return_sequences=k,
-                              logits_processor_factory=self.logits_processor_factory)
+                              logits_processor_factory=self.logits_processor_factory, sort_by_length=True,
+                              cache_implementation=self.cfg.cache_implementation)
         return [flat[i * k:(i + 1) * k] for i in range(len(prompts))]
 
 

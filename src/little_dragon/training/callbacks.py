@@ -24,12 +24,16 @@ def _dist() -> tuple[int, int]:
 
 def sample_scripts(model: Any, tokenizer: Any, prompts: list[str], max_new_tokens: int, temperature: float,
                    batch_size: int = 16, num_return_sequences: int = 1,
-                   logits_processor_factory: Any = None) -> list[str]:
+                   logits_processor_factory: Any = None, sort_by_length: bool = False,
+                   cache_implementation: str = "dynamic") -> list[str]:
     """``num_return_sequences`` sampled completions per prompt, prompt-major (left-padded batches, KV cache;
     stops at EOS).  ``batch_size`` counts sequences, so a batch holds ``batch_size // num_return_sequences``
     prompts.  ``logits_processor_factory(batch_prompts, num_return_sequences)``, when given, returns a
     transformers ``LogitsProcessor`` (or list) for that batch: row ``i`` of its ``input_ids`` belongs to
-    ``batch_prompts[i // num_return_sequences]`` (little_dragon.generation uses it for constrained decoding)."""
+    ``batch_prompts[i // num_return_sequences]`` (little_dragon.generation uses it for constrained decoding).
+    ``sort_by_length`` batches prompts of similar length together (less left padding; the output keeps the
+    prompts' order); ``cache_implementation="static"`` preallocates the KV cache, which makes transformers
+    compile the decoding step on a GPU (a one-off compile per batch shape)."""
     import torch
     from transformers import LogitsProcessorList
 
@@ -38,6 +42,11 @@ def sample_scripts(model: Any, tokenizer: Any, prompts: list[str], max_new_token
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     out: list[str] = []
+    order = list(range(len(prompts)))
+    if sort_by_length:
+        n_tok = [len(ids) for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
+        order.sort(key=lambda i: -n_tok[i])
+        prompts = [prompts[i] for i in order]
     try:
         device = next(model.parameters()).device
         n_seq = max(1, num_return_sequences)
@@ -51,6 +60,8 @@ def sample_scripts(model: Any, tokenizer: Any, prompts: list[str], max_new_token
             kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": tokenizer.pad_token_id,
                                   "eos_token_id": tokenizer.eos_token_id, "num_return_sequences": gen_seq,
                                   "use_cache": True}
+            if cache_implementation != "dynamic":
+                kw["cache_implementation"] = cache_implementation
             kw.update({"do_sample": True, "temperature": temperature, "top_k": 0} if temperature > 0
                       else {"do_sample": False})
             if logits_processor_factory is not None:
@@ -65,6 +76,12 @@ def sample_scripts(model: Any, tokenizer: Any, prompts: list[str], max_new_token
     finally:
         tokenizer.padding_side = side
         model.train(was_training)
+    if sort_by_length:
+        per = max(1, num_return_sequences)
+        unsorted: list[str] = [""] * len(out)
+        for j, i in enumerate(order):
+            unsorted[i * per:(i + 1) * per] = out[j * per:(j + 1) * per]
+        out = unsorted
     return out
 
 
@@ -79,7 +96,7 @@ def validity_rate(model: Any, tokenizer: Any, rows: list[dict[str, Any]], max_ne
     mine = rows[rank::world]
     t0 = time.perf_counter()
     scripts = sample_scripts(model, tokenizer, [r["prompt"] for r in mine], max_new_tokens, temperature,
-                             batch_size) if mine else []
+                             batch_size, sort_by_length=True) if mine else []
     verdicts = [check_script(s, r) for s, r in zip(scripts, mine)]
     per_task = [x for t in TASKS for x in (sum(r.get("task") == t for r in mine),
                                            sum(v.valid for v, r in zip(verdicts, mine) if r.get("task") == t))]
