@@ -76,6 +76,27 @@ def test_validate_stage(json_database, tmp_path, capsys, monkeypatch):
         assert v["ratio.smollm2.codec_over_json.median"] < 1
     summary = (out_dir / "summary.md").read_text()
     assert "passed, 0 failed" in summary and "| llvm | smollm2 |" in summary and "| cuda | smollm2 |" in summary
+    assert m["records_per_workload"] == 4 and "4 per workload" in summary  # the default (params.yaml)
+
+
+def test_validate_samples_records_per_workload(json_database, tmp_path):
+    """``records_per_workload``: first, last and evenly spread records of each workload; 0 checks all."""
+    import shutil
+
+    from little_dragon.codec.roundtrip import RECORD_FILE, roundtrip_database, spread_sample
+
+    assert spread_sample(list(range(10)), 4) == [0, 3, 6, 9]
+    assert spread_sample(list(range(10)), 1) == [0]
+    assert spread_sample(list(range(3)), 4) == [0, 1, 2] == spread_sample(list(range(3)), 0)
+    src = next(p for p in sorted((json_database / "llvm" / "db").iterdir()))
+    db = tmp_path / "db" / src.name
+    shutil.copytree(src, db)
+    line = (db / RECORD_FILE).read_text().splitlines()[0]
+    (db / RECORD_FILE).write_text((line + "\n") * 7)
+    every = [r.record for r in roundtrip_database(db, structural=False, per_workload=0)]
+    assert len(every) == 7
+    sample = roundtrip_database(db, per_workload=3)
+    assert [r.record for r in sample] == [every[0], every[3], every[6]] and all(r.ok for r in sample)
 
 
 def test_post_star_through_the_cli(tmp_path, sampled, capsys):

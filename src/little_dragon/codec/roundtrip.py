@@ -100,6 +100,17 @@ def _both_ways(trace_json: Any, context: Any = None) -> tuple[str, str]:
     return text, ""
 
 
+def spread_sample(items: list, k: int) -> list:
+    """``k`` items spread evenly over ``items`` (first and last included, order kept); all when ``k`` <= 0 or
+    there are no more than ``k``."""
+    n = len(items)
+    if k <= 0 or n <= k:
+        return list(items)
+    if k == 1:
+        return [items[0]]
+    return [items[round(i * (n - 1) / (k - 1))] for i in range(k)]
+
+
 def read_database(db_dir: str | Path) -> Iterator[tuple[str, Any, list[tuple[int, Any, str]]]]:
     """Yield (workload name, IRModule, [(record index, trace JSON, target JSON)]) of a JSON database dir.
 
@@ -133,15 +144,16 @@ def read_database(db_dir: str | Path) -> Iterator[tuple[str, Any, list[tuple[int
         yield name, mod, by_workload.get(idx, [])
 
 
-def roundtrip_database(db_dir: str | Path, structural: bool = True, derived_post: bool = True
-                       ) -> list[RecordResult]:
-    """Check every record; ``derived_post`` also checks the ``post *`` form against each record's target."""
+def roundtrip_database(db_dir: str | Path, structural: bool = True, derived_post: bool = True,
+                       per_workload: int = 0) -> list[RecordResult]:
+    """Check every record (``per_workload`` > 0: that many per workload, spread evenly over the tuning order,
+    first and last included); ``derived_post`` also checks the ``post *`` form against each record's target."""
     from little_dragon.codec.postproc import PostprocContext
 
     results = []
     for name, mod, records in read_database(db_dir):
         contexts: dict[str, PostprocContext] = {}  # one per target: post-processors built once per workload
-        for n, trace_json, target in records:
+        for n, trace_json, target in spread_sample(records, per_workload):
             context = contexts.setdefault(target, PostprocContext(mod, target)) if derived_post else None
             r = check_record(trace_json, mod, name, n, structural, context=context)
             r.target = target
