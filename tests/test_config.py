@@ -94,3 +94,29 @@ def test_harvest_command_line_merges_into_the_target():
     assert cfg.target == {**base.target, "kind": "cuda"} and cfg.trials_per_workload == 3
     cfg = harvest_config(parser.parse_args(["harvest", "--target", "cuda", "--set", "target.arch=sm_80"]))
     assert cfg.target["kind"] == "cuda" and cfg.target["arch"] == "sm_80" and "num-cores" not in cfg.target
+
+
+def test_free_cores_counts_other_processes_not_our_own():
+    """config.FreeCores (torch threads of sft/generation when cpu_threads is 0): our own busy loop does not
+    take a core away; another process's does."""
+    import os
+    import time
+
+    from little_dragon.config import FreeCores, free_cpu_cores
+
+    cores = len(os.sched_getaffinity(0))
+    assert 1 <= free_cpu_cores(0.2) <= cores
+    probe = FreeCores()
+    end = time.monotonic() + 0.5
+    while time.monotonic() < end:  # our own work
+        pass
+    own_free, _ = probe.measure()
+    spin = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 3\nwhile time.time() < t: pass"])
+    try:
+        time.sleep(1.5)
+        busy_free, others = probe.measure()
+    finally:
+        spin.kill()
+        spin.wait()
+    assert others >= 0.5 and busy_free <= max(1, cores - 1)
+    assert own_free >= busy_free  # (on a loaded machine both may be 1)

@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import json
 import os
+import time
 import types
 import typing
 from pathlib import Path
@@ -223,3 +224,43 @@ def flat_params(cfg: Any, prefix: str = "") -> dict[str, Any]:
         else:
             out[key] = v
     return out
+
+
+def _cpu_jiffies() -> tuple[int, int]:
+    """(busy jiffies of all CPUs, this process's own: user + system over all its threads) from /proc."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    with open("/proc/self/stat") as f:
+        own = f.read().rsplit(")", 1)[1].split()
+    return sum(v) - v[3] - v[4], int(own[11]) + int(own[12])
+
+
+class FreeCores:
+    """The cores other processes leave free, measured over a window: torch threads for a CPU stage
+    (``sft.cpu_threads`` / ``generation.cpu_threads`` 0).  On the shared 2-core machine two torch threads ran
+    a tiny-model step 4x slower than one while other jobs took a core (each op waits for the descheduled
+    thread), yet faster on a free machine.  A quarter core of others' work already counts as taken."""
+
+    def __init__(self) -> None:
+        self.cores = len(os.sched_getaffinity(0))
+        self._hz = os.sysconf("SC_CLK_TCK")
+        self._mark = (time.monotonic(), *_cpu_jiffies())
+
+    def seconds(self) -> float:
+        return time.monotonic() - self._mark[0]
+
+    def measure(self) -> tuple[int, float]:
+        """(free cores, at least 1; cores other processes used) since the last call (or construction)."""
+        now, busy, own = time.monotonic(), *_cpu_jiffies()
+        t0, busy0, own0 = self._mark
+        self._mark = (now, busy, own)
+        others = max(0.0, ((busy - busy0) - (own - own0)) / self._hz / max(now - t0, 1e-3))
+        return max(1, min(self.cores, self.cores - int(others + 0.75))), others
+
+
+def free_cpu_cores(window_s: float = 1.0) -> int:
+    """Cores other processes leave free over the next ``window_s`` seconds (at least 1); see ``FreeCores``."""
+    probe = FreeCores()
+    time.sleep(window_s)
+    return probe.measure()[0]
+

@@ -23,7 +23,9 @@ class GenerationConfig:
     dtype: str = field("auto", help="Weights dtype for generation: auto (bfloat16 on a GPU, float32 on CPU), "
                                     "float32, bfloat16, float16.")
     device: str = field("auto", help="auto (cuda when available, else cpu), cpu, cuda, cuda:N.")
-    cpu_threads: int = field(0, help="torch threads on CPU (0: leave torch's default).")
+    cpu_threads: int = field(0, help="torch threads on CPU; 0: the cores other processes leave free when the "
+                                     "model loads (config.free_cpu_cores: one on a busy 2-core machine, where two "
+                                     "threads wait for each other).")
     seed: int = field(0, help="Seed of the sampling RNG (the same seed gives the same attempts).")
     request_timeout_s: float = field(120.0, help="OpenAI-compatible endpoints: timeout of one chat request.")
     few_shot: int = field(3, help="OpenAI-compatible endpoints: training examples in the system prompt.")

@@ -51,6 +51,10 @@ class LocalGenerator:
 
         if cfg.cpu_threads:
             torch.set_num_threads(cfg.cpu_threads)
+        elif cfg.device in ("auto", "cpu") and (cfg.device == "cpu" or not torch.cuda.is_available()):
+            from little_dragon.config import free_cpu_cores
+
+            torch.set_num_threads(free_cpu_cores())
         self.source, self.cfg = source, cfg
         if model is None:
             model, tokenizer = load_weights(source, cfg.device, cfg.dtype)

@@ -79,7 +79,8 @@ class SFTConfig:
     validity_batch_size: int = field(16, help="Prompts generated together in a validity pass (raise it on GPUs).")
     register: bool = field(True, help="Log the model to MLflow and register it as a new version.")
     cpu_threads: int = field(
-        1, help="torch threads when training on CPU (0: torch's default). On the shared 2-core machine one thread "
-                "ran a tiny-model step 6x faster than two under load (0.42 vs 2.6 s).")
+        0, help="torch threads when training on CPU; 0: the cores other processes leave free (config.FreeCores), "
+                "re-decided every 15 s (metrics: cpu_threads_steps). On the shared 2-core machine two threads ran "
+                "a tiny-model step 4x slower than one while other jobs took a core (load 5: 1.1-1.5 vs 4.3-5.6 s).")
     seed: int = field(0, help="Seed of mixing, initialisation, training and sampling.")
     out_dir: str = field("artifacts/sft", help="Stage output: <out_dir>/model/ and <out_dir>/metrics.json.")

@@ -103,8 +103,12 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
     precision = _precision(cfg)
     import torch
 
-    if gpu_count() == 0 and cfg.cpu_threads > 0:
-        torch.set_num_threads(cfg.cpu_threads)
+    threads_cb = None
+    if gpu_count() == 0:
+        if cfg.cpu_threads > 0:
+            torch.set_num_threads(cfg.cpu_threads)
+        else:
+            threads_cb = free_cores_callback()
     args = training_arguments(cfg, out_dir, ds_path, precision)  # before the model: ZeRO-3 loads partitioned
 
     loaded = load_model(cfg.model, cfg.tiny, train_rows, cfg.seed,
@@ -137,7 +141,8 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
                                   cfg.validity_temperature, cfg.validity_batch_size)
         trainer = SFTTrainer(model=loaded.model, args=args, train_dataset=sft_data.to_dataset(train_rows),
                              eval_dataset=sft_data.to_dataset(eval_rows), processing_class=tok,
-                             callbacks=[MLflowMetricsCallback(mlflow), validity_cb])
+                             callbacks=[MLflowMetricsCallback(mlflow), validity_cb]
+                             + ([threads_cb] if threads_cb is not None else []))
         train_out = trainer.train()
         final_eval = trainer.evaluate()  # eval loss + validity on the fixed draw (logged by the callbacks)
         final_rows = sft_data.mix_tasks(val_rows, None, cfg.seed + 1)[: cfg.final_validity_samples]
@@ -166,6 +171,7 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
                                                   "validity_rate_refinement") if k in greedy},
             "validity_rate_untrained": untrained["validity_rate"],
             "validity_history": validity_cb.history,
+            "cpu_threads_steps": threads_cb.steps if threads_cb is not None else None,
             "model_source": loaded.source, "precision": precision, **describe(cfg),
             "deepspeed_config": ds_path.name if ds_path else None, "wall_s": time.perf_counter() - t_start,
         }
@@ -191,6 +197,38 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
                  metrics["tokens_per_s"], metrics["validity_rate"], metrics.get("validity_rate_greedy"),
                  metrics["validity_rate_untrained"])
         return metrics
+
+
+def free_cores_callback(every_s: float = 15.0) -> Any:
+    """``sft.cpu_threads: 0`` on CPU: torch threads = the cores other processes leave free
+    (``config.FreeCores``), decided now over one second and again every ``every_s`` seconds of training;
+    ``steps`` counts optimizer steps per thread count (metrics ``cpu_threads_steps``)."""
+    import torch
+    from transformers import TrainerCallback
+
+    from little_dragon.config import FreeCores
+
+    class FreeCoresCallback(TrainerCallback):
+        def __init__(self) -> None:
+            self.steps: dict[str, int] = {}
+            self.probe = FreeCores()
+            time.sleep(1.0)
+            self.decide()
+
+        def decide(self) -> None:
+            threads, others = self.probe.measure()
+            if threads != torch.get_num_threads():
+                log.info("sft: %d torch threads (other processes use %.2f of %d cores)", threads, others,
+                         self.probe.cores)
+                torch.set_num_threads(threads)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            key = str(torch.get_num_threads())
+            self.steps[key] = self.steps.get(key, 0) + 1
+            if self.probe.seconds() >= every_s:
+                self.decide()
+
+    return FreeCoresCallback()
 
 
 def _project_model_name() -> str:
