@@ -33,4 +33,4 @@ if [ "${2:-0}" -gt 0 ]; then
     | tee -a "$RUN_DIR/agreement-full.log" | tail -20
   echo "full form: rc=${PIPESTATUS[0]} in $(( $(date +%s) - t1 )) s"
 fi
-cp -r "$RUN_DIR"/. "$OUT"/
+[ "$RUN_DIR" -ef "$OUT" ] || cp -r "$RUN_DIR"/. "$OUT"/
