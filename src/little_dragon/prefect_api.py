@@ -161,5 +161,18 @@ def prefect_api(log_dir: str | os.PathLike | None = None) -> Iterator[str]:
                 else:
                     os.environ["PREFECT_API_URL"] = old
     finally:
+        _drain_api_logs()
         stop(proc)
         log.info("temporary Prefect API on %s stopped", url)
+
+
+def _drain_api_logs(timeout_s: float = 10.0) -> None:
+    """Send the flow-run logs Prefect still holds before its server goes away: otherwise its log worker
+    retries them against the stopped server at exit (a harvest stage ended 72 s after its work did,
+    "Error logging to API ... All connection attempts failed")."""
+    try:
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=timeout_s)
+    except Exception as e:  # noqa: BLE001 - best effort: the logs are also in the stage's own log
+        log.debug("draining Prefect's API log worker failed: %s", e)
