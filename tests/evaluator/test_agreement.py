@@ -27,20 +27,23 @@ def agree_cfg(tmp_path_factory):
                            cache_path="")
 
 
-def test_llvm_harvest_records_with_layout_rewrite_are_correct(agree_cfg, timing_cfg):
+def test_llvm_harvest_records_with_layout_rewrite_are_correct(agree_cfg, timing_cfg, tmp_path):
     """Every sampled measured-valid record of a real llvm harvest, written as the model writes it (`post *`)
     and self-contained: correct, including the kernels whose weight MetaSchedule's RewriteLayout
     pre-transforms; latencies compared with the harvest's."""
     recs = agreement.sample_records(agreement.find_valid_records([REAL_LLVM_DB]), per_workload=3)
     assert len(recs) == 6 and len({r.workload_id for r in recs}) == 2
     for form in agreement.FORMS:
-        (rep,) = agreement.check_agreement(recs, form=form, cfg=agree_cfg, timing_cfg=timing_cfg)
+        (rep,) = agreement.check_agreement(recs, form=form, cfg=agree_cfg, timing_cfg=timing_cfg,
+                                           journal=tmp_path / form / "records.jsonl")
         assert rep.stop_after == "time"
         assert rep.agreed == rep.records == 6, rep.disagreements
         assert rep.layout_rewrite == 6          # all of these carry a layout-rewrite block
         assert rep.latency_ratio["n"] == 6 and rep.latency_ratio["median"] > 0
     md = agreement.render_markdown([rep])
     assert "| 6 | 6 | 1.0000 |" in md
+    png = agreement.plot_latency(tmp_path / "full" / "records.jsonl", tmp_path / "latency.png")
+    assert png.read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.skipif(not CUDA_HARVEST.exists(), reason="data/ not pulled (scripts/run-tests.sh pulls it)")

@@ -362,6 +362,43 @@ def write_report(reports: list[AgreementReport], out_dir: str | Path) -> Path:
     return out
 
 
+def plot_latency(journal: str | Path, out_png: str | Path) -> Path:
+    """Evaluator vs harvest latency of every record judged correct in ``journal`` (log-log, one point per
+    record, by family), with the ratio's histogram beside it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(x) for x in Path(journal).read_text().splitlines() if x.strip().endswith("}")]
+    rows = [r for r in rows if r.get("latency_us") and r["category"] == "correct"]
+    if not rows:
+        raise ValueError(f"{journal}: no timed record judged correct to plot")
+    fig, (ax, hx) = plt.subplots(1, 2, figsize=(12, 5))
+    by_family: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_family[r.get("family") or "?"].append(r)
+    colors = plt.get_cmap("tab20").colors
+    for i, (fam, rs) in enumerate(sorted(by_family.items())):
+        ax.scatter([r["harvest_latency_us"] for r in rs], [r["latency_us"] for r in rs], s=8, label=fam,
+                   color=colors[i % len(colors)])
+    lo = min(min(r["harvest_latency_us"], r["latency_us"]) for r in rows)
+    hi = max(max(r["harvest_latency_us"], r["latency_us"]) for r in rows)
+    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+    ax.set(xscale="log", yscale="log", xlabel="MetaSchedule harvest latency (us)", ylabel="evaluator latency (us)",
+           title=f"{rows[0].get('target_key', '')}: {len(rows)} records judged correct")
+    ax.legend(fontsize=6, ncol=2)
+    ratios = [r["latency_us"] / r["harvest_latency_us"] for r in rows]
+    hx.hist(ratios, bins=60, range=(0.5, 1.5))
+    hx.axvline(statistics.median(ratios), color="k", ls="--", lw=0.8)
+    hx.set(xlabel="evaluator / harvest latency", ylabel="records", title=f"median {statistics.median(ratios):.3f}")
+    fig.tight_layout()
+    out = Path(out_png)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ CLI
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("roots", nargs="+", help="harvest folders (data/harvest, artifacts/harvest) or MetaSchedule "
@@ -397,6 +434,8 @@ def run(args: argparse.Namespace) -> list[AgreementReport]:
     print(render_markdown(reports))
     if args.out:
         write_report(reports, args.out)
+        if any(r.latency_ratio for r in reports):
+            plot_latency(journal, Path(args.out) / "latency.png")
     return reports
 
 
