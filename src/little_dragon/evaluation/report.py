@@ -44,6 +44,11 @@ def fig_speedup_by_family(metrics: dict[str, Any], path: Path, title: str) -> No
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xticks(np.arange(len(fams)) + w * (len(methods) - 1) / 2, fams, rotation=30, ha="right")
     ax.set_ylabel("best-of-k speedup over baseline (geomean)")
+    _save(plt, fig, ax, title, path)
+
+
+def _save(plt: Any, fig: Any, ax: Any, title: str, path: Path) -> None:
+    """Title, legend, then the PNG written atomically (a killed run leaves no half figure)."""
     ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -110,12 +115,7 @@ def fig_latency_vs_time(model: dict, ms: dict, base: dict[str, float], path: Pat
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("optimisation wall-clock per kernel (s)")
     ax.set_ylabel("best speedup so far (geomean; baseline = 1)")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    with atomic.atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, ax, title, path)
 
 
 def _fmt(v: Any, pct: bool = False) -> str:
