@@ -1,28 +1,17 @@
 """Real TVM workloads and real traces (MetaSchedule design spaces, Schedule-API edits) for the tests."""
 from __future__ import annotations
 
+from dragon_testkit import LLVM, matmul_tensors, prim_module, softmax_tensors
 
-LLVM = {"kind": "llvm", "num-cores": 2}
+__all__ = ["LLVM", "matmul", "softmax", "script_of", "design_space_scripts", "schedule", "trace_json"]
 
 
 def matmul(n: int = 128, m: int | None = None, k: int | None = None, dtype: str = "float32"):
-    import tvm
-    from tvm import te
-
-    m, k = m or n, k or n
-    A = te.placeholder((n, k), name="A", dtype=dtype)
-    B = te.placeholder((k, m), name="B", dtype=dtype)
-    r = te.reduce_axis((0, k), name="k")
-    C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    return tvm.IRModule({"main": te.create_prim_func([A, B, C])})
+    return prim_module(matmul_tensors(n, m, k, dtype))
 
 
 def softmax(m: int = 64, n: int = 128):
-    import tvm
-    from tvm import te, topi
-
-    X = te.placeholder((m, n), name="X")
-    return tvm.IRModule({"main": te.create_prim_func([X, topi.nn.softmax(X)])})
+    return prim_module(softmax_tensors(m, n))
 
 
 def script_of(sch) -> str:
