@@ -75,23 +75,33 @@ def bench_harvest(args: argparse.Namespace) -> dict[str, Any]:
                 lines = encode(trace_json).splitlines()
                 text = "\n".join(lines[:lines.index("post")] + ["post *"] if "post" in lines else lines) + "\n"
                 ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-                c = ScriptConstraint(engine, Workload(mod, target), stats)
                 why = ""
-                for i, t in enumerate(ids):
-                    c.fill_mask(bits, 0)
-                    if not (int(bits[0, t // 32]) >> (t % 32)) & 1:
-                        why = f"token {i} {tok.decode([t])!r} after {tok.decode(ids[:i])[-100:]!r} {c.error}"
-                        break
-                    c.advance(t)
+                t_rec = time.perf_counter()
+                try:
+                    c = ScriptConstraint(engine, Workload(mod, target), stats)
+                    for i, t in enumerate(ids):
+                        c.fill_mask(bits, 0)
+                        if not (int(bits[0, t // 32]) >> (t % 32)) & 1:
+                            why = f"token {i} {tok.decode([t])!r} after {tok.decode(ids[:i])[-100:]!r} {c.error}"
+                            break
+                        c.advance(t)
+                except Exception as e:  # noqa: BLE001 - a crash is a failure of this record, counted; go on
+                    why = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"[:300]
                 n += 1
                 tokens += len(ids)
-                if why or c.dead:
+                bad = bool(why) or c.dead
+                if bad:
                     failures.append({"db": str(db), "workload": name, "record": idx, "why": why or c.error})
                 else:
                     accepted += 1
-                print(f"record {n}: {name}#{idx} {'ok' if not (why or c.dead) else 'FORBIDDEN ' + (why or c.error)} "
+                if args.progress:
+                    with open(args.progress, "a") as f:
+                        f.write(json.dumps({"db": str(db), "workload": name, "record": idx, "ok": not bad,
+                                            "why": (why or c.error) if bad else "", "tokens": len(ids),
+                                            "s": round(time.perf_counter() - t_rec, 3)}) + "\n")
+                print(f"record {n}: {name}#{idx} {'ok' if not bad else 'FORBIDDEN ' + (why or c.error)} "
                       f"({len(ids)} tokens, {time.perf_counter() - t0:.0f} s)", flush=True)
-            if n and n % 50 < args.per_workload:
+            if n and n % 50 < (args.per_workload or 1):
                 log.info("%d records, %d accepted (%.0f s)", n, accepted, time.perf_counter() - t0)
     wall = time.perf_counter() - t0
     out = {"records": n, "accepted": accepted, "tokens": tokens, "lines": stats.lines, "wall_s": wall,
@@ -170,28 +180,94 @@ def _rows(path: str, n: int, seed: int) -> list[dict[str, Any]]:
     return rows[:n]
 
 
+_GENERATION_MODULES = ("constrained", "constrain_state", "grammar_line")
+
+
+def constrained_module(rev: str | None) -> Any:
+    """``little_dragon.generation.constrained`` as it is, or as it was at git revision ``rev`` (its three
+    modules loaded side by side under another package name: the before/after arms of one run)."""
+    import importlib
+    import subprocess
+    import tempfile
+    import types
+
+    if not rev:
+        return importlib.import_module("little_dragon.generation.constrained")
+    pkg = "ld_at_" + "".join(ch if ch.isalnum() else "_" for ch in rev)
+    if pkg in sys.modules:
+        return sys.modules[pkg + ".constrained"]
+    folder = Path(tempfile.mkdtemp(prefix="constrained_at_")) / pkg
+    folder.mkdir()
+    for name in _GENERATION_MODULES:
+        text = subprocess.run(["git", "show", f"{rev}:src/little_dragon/generation/{name}.py"], cwd=ROOT,
+                              check=True, capture_output=True, text=True).stdout
+        for other in _GENERATION_MODULES:
+            text = text.replace(f"little_dragon.generation.{other}", f"{pkg}.{other}")
+        (folder / f"{name}.py").write_text(text)
+    sys.modules[pkg] = types.ModuleType(pkg)
+    sys.modules[pkg].__path__ = [str(folder)]
+    return importlib.import_module(pkg + ".constrained")
+
+
+def _clear_caches(mod: Any, tok: Any) -> None:
+    """Per-process caches of a constrained module (prefix facts, compiled grammars): each timed arm
+    starts cold, as a new batch of prompts would (llguidance's view of the tokenizer is kept: once per
+    process)."""
+    for name in ("_DECODED", "_STATES"):
+        cache = getattr(mod, name, None)
+        if cache is not None:
+            cache.data.clear()
+    mod.engine_for(tok)._cache.clear()
+    gl = sys.modules.get(mod.__name__.rsplit(".", 1)[0] + ".grammar_line")
+    if gl is not None and hasattr(gl, "_MEMO"):
+        gl._MEMO.clear()
+
+
+def _warm(rows: list[dict[str, Any]], tok: Any) -> None:
+    """One-off costs no arm should be charged for: the codec's Lark parser, TVM's schedule machinery, the
+    prompts' workloads parsed to TVM modules, llguidance's view of the tokenizer."""
+    from little_dragon import codec
+    from little_dragon.codec.grammar import parser
+    from little_dragon.generation.constrained import TokenEngine, workload_of_prompt
+
+    parser()
+    codec.decode("blk root\n", codec.SyntaxOnlyContext())
+    for r in rows:
+        workload_of_prompt(r["prompt"])
+    TokenEngine(tok)
+    if any('"cuda"' in r["prompt"].split("\n", 3)[1] for r in rows if r["prompt"].count("\n") > 2):
+        from little_dragon.tvmx.build import import_tensor_intrinsics
+
+        import_tensor_intrinsics()  # TVMScript-parsed once per process (tensorize lines need it)
+
+
 def _arm(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from little_dragon.generation.constrained import generate_constrained
     from little_dragon.training.callbacks import sample_scripts
 
     prompts = [r["prompt"] for r in rows]
+    kind, _, rev = name.partition("@")
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
     extra: dict[str, Any] = {}
-    if name == "free":
+    if kind == "free":
         flat = sample_scripts(model, tok, prompts, args.max_new_tokens, args.temperature, batch_size=args.batch_size,
                               num_return_sequences=args.k)
         first = [flat[i * args.k:(i + 1) * args.k] for i in range(len(prompts))]
         final, gen_s = first, time.perf_counter() - t0
+        extra = {"generated": sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in flat)}
     else:
-        res = generate_constrained(model, tok, prompts, args.k, args.max_new_tokens, args.temperature,
-                                   batch_size=args.batch_size, max_resamples=args.max_resamples,
-                                   semantic=(name == "constrained"))
+        mod = constrained_module(rev or None)
+        _clear_caches(mod, tok)
+        torch.manual_seed(args.seed)
+        t0 = time.perf_counter()
+        res = mod.generate_constrained(model, tok, prompts, args.k, args.max_new_tokens, args.temperature,
+                                       batch_size=args.batch_size, max_resamples=args.max_resamples,
+                                       semantic=(kind == "constrained"))
         first, final, gen_s = res.first_scripts, res.scripts, res.first_seconds
         extra_s = res.seconds - res.first_seconds
-        extra = {"stats": res.stats.as_dict(), "resample_s": extra_s,
+        extra = {"stats": res.stats.as_dict(), "resample_s": extra_s, "generated": getattr(res, "first_generated", None),
                  "first_pass_rejected": sum(not ok for oks in res.first_ok for ok in oks)}
     return {"first": first, "final": final, "gen_s": gen_s, **extra}
 
@@ -256,12 +332,32 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"model": args.model, "rows": args.rows, "prompts": len(rows), "k": args.k,
                            "temperature": args.temperature, "max_new_tokens": args.max_new_tokens, "device": device,
                            "arms": {}}
+    _warm(rows, tok)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in args.arms}
+    for rep in range(args.repeat):  # round robin: the machine's load drifts alike over every arm
+        for name in args.arms:
+            log.info("arm %s (run %d/%d): %d prompts x %d attempts", name, rep + 1, args.repeat, len(rows), args.k)
+            runs[name].append(_arm(name, model, tok, rows, args))
+    import statistics
+
+    for name in args.arms:  # code too old to count sampled tokens: an arm that sampled the same scripts did
+        if runs[name][0].get("generated") is None:
+            twin = [o for o in args.arms if o != name and runs[o][0]["first"] == runs[name][0]["first"]
+                    and runs[o][0].get("generated") is not None]
+            runs[name][0]["generated"] = runs[twin[0]][0]["generated"] if twin else 0
     for name in args.arms:
-        log.info("arm %s: %d prompts x %d attempts", name, len(rows), args.k)
-        arm = _arm(name, model, tok, rows, args)
+        arm = runs[name][0]
+        times = [r["gen_s"] for r in runs[name]]
+        gen_s = statistics.median(times)
         first = _score(rows, arm["first"], tok, args.evaluate)
         # tokens of the first pass's scripts per second of the first pass (equal attempts both arms)
-        res = {"first_pass": first, "gen_s": arm["gen_s"], "tokens_per_s": first["tokens"] / arm["gen_s"]}
+        # sampled tokens per second: the decoding throughput (a constrained attempt cut off by the token
+        # budget keeps only its complete lines: its tokens count here, not in the scripts' tokens/s)
+        res = {"first_pass": first, "gen_s": gen_s, "gen_s_runs": times, "tokens_per_s": first["tokens"] / gen_s,
+               "generated_tokens": arm["generated"], "generated_tokens_per_s": arm["generated"] / gen_s}
+        same = [other for other in args.arms if other != name and runs[other][0]["first"] == arm["first"]]
+        if same:
+            res["same_scripts_as"] = same
         if name != "free":
             res["stats"] = arm["stats"]
             res["resample_s"] = arm["resample_s"]
@@ -270,7 +366,23 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
         out["arms"][name] = res
         log.info("%s: %s", name, json.dumps({k: v for k, v in first.items() if k != "categories"}))
     _print_ab(out)
+    _print_costs(out)
     return out
+
+
+def _print_costs(out: dict[str, Any]) -> None:
+    """Where a constrained arm's time goes (first run of each arm; seconds)."""
+    arms = {n: a for n, a in out["arms"].items() if "stats" in a}
+    if not arms:
+        return
+    print("\n| arm | generation s (median of runs) | runs | lines | line grammars compiled | state s | compile s |"
+          " masks s | same scripts as |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, a in arms.items():
+        st = a["stats"]
+        print(f"| {name} | {a['gen_s']:.2f} | {' '.join(f'{x:.2f}' for x in a['gen_s_runs'])} | {st['lines']} | "
+              f"{st.get('compiled', '-')} | {st['state_s']:.2f} | {st.get('compile_s', 0.0):.2f} | "
+              f"{st['mask_s']:.2f} | {', '.join(a.get('same_scripts_as', [])) or '-'} |")
 
 
 def _print_ab(out: dict[str, Any]) -> None:
@@ -278,9 +390,10 @@ def _print_ab(out: dict[str, Any]) -> None:
     free_tps = arms.get("free", {}).get("tokens_per_s")
     print(f"\nA/B at equal attempts: {out['prompts']} prompts x {out['k']} attempts, T={out['temperature']}, "
           f"{out['device']}\n")
-    print("| arm | decode | apply | correct | geomean speedup | tokens/s | slowdown | rejected (1st pass) |"
-          " resampled | after resampling: apply / correct |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    free_gen = arms.get("free", {}).get("generated_tokens_per_s")
+    print("| arm | decode | apply | correct | geomean speedup | script tokens/s | slowdown | sampled tokens/s |"
+          " slowdown | rejected (1st pass) | resampled | after resampling: apply / correct |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, a in arms.items():
         f = a["first_pass"]
         tps = a.get("tokens_per_s")
@@ -289,7 +402,9 @@ def _print_ab(out: dict[str, Any]) -> None:
         cell = lambda x, p=True: "-" if x is None else (f"{100 * x:.1f}%" if p else f"{x:.2f}")
         print(f"| {name} | {cell(f['decode_rate'])} | {cell(f['apply_rate'])} | {cell(f.get('correct_rate'))} | "
               f"{cell(f.get('geomean_speedup_correct'), False)} | {cell(tps, False)} | "
-              f"{cell(slow, False)}x | {a.get('first_pass_rejected', '-')} | "
+              f"{cell(slow, False)}x | {cell(a.get('generated_tokens_per_s'), False)} | "
+              f"{cell(free_gen / a['generated_tokens_per_s'] if free_gen and a.get('generated_tokens_per_s') else None, False)}x | "
+              f"{a.get('first_pass_rejected', '-')} | "
               f"{a.get('stats', {}).get('resampled', '-')} | "
               f"{cell(after.get('apply_rate'))} / {cell(after.get('correct_rate'))} |")
 
@@ -299,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--harvest", nargs="*", help="database folders: every record through the constraint")
     ap.add_argument("--tokenizer", default="gguf", help="gguf (SmolLM2) or a HF tokenizer folder")
     ap.add_argument("--per-workload", type=int, default=None, help="records per workload (default: all)")
+    ap.add_argument("--progress", help="--harvest: append one JSON line per record here (partial runs count)")
     ap.add_argument("--libraries", action="store_true", help="mask cost: llguidance vs a Lark fallback")
     ap.add_argument("--ab", action="store_true", help="free vs constrained sampling at equal attempts")
     ap.add_argument("--model", help="HF model folder (an SFT output's model/)")
@@ -310,7 +426,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--max-resamples", type=int, default=2)
     ap.add_argument("--arms", nargs="+", default=["free", "constrained"],
-                    help="free, syntax (grammar only), constrained (grammar + workload semantics)")
+                    help="free, syntax (grammar only), constrained (grammar + workload semantics); "
+                         "constrained@REV / syntax@REV: the constraint's code as of git revision REV (before/after)")
+    ap.add_argument("--repeat", type=int, default=1, help="timed runs of each arm, round robin (median reported)")
     ap.add_argument("--evaluate", action="store_true", help="correctness and speedup through the Evaluator")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)

@@ -156,6 +156,9 @@ def test_forbids_a_bad_block_name_a_non_dividing_tile_and_unknown_variables(smol
     assert _allowed(engine, wl, "blk root\nann b0 .unroll_explicit cat unroll = 3\n", smollm2)
     assert not _allowed(engine, wl, "blk root\nann b0 .unroll_explicit cat unroll = 4\n", smollm2)
     assert not _allowed(engine, wl, "blk root\nann b0 .unroll_explicit cat 0 16 = 2\n", smollm2)
+    assert _allowed(engine, wl, "blk root\nann b0 .unroll_explicit cat 0 16 64 = 2\n", smollm2)
+    many = " ".join(str(i) for i in range(20))
+    assert _allowed(engine, wl, f"blk root\nann b0 .unroll_explicit cat {many} = 19\n", smollm2)
     # the reject at line end: TVM refuses to parallelise a reduction loop; the attempt is dead (EOS only)
     assert "apply" in (_feed(engine, wl, good + "loops b0 5\npar l10\n", smollm2) or "")
 
@@ -242,3 +245,88 @@ def test_masked_log_probs_match_the_constrained_sampler(smollm2):
     assert torch.allclose(lp.exp(), probs[torch.arange(len(ids)), torch.tensor(ids)], atol=1e-6)
     lp.sum().backward()
     assert logits.grad is not None
+
+
+def test_incremental_decode_equals_the_codecs_decode(harvested):
+    """The constraint decodes a script one line at a time on the decoder state of the prefix before it
+    (``constrained._decode``); on every prefix of real records it equals the codec's whole-text decode."""
+    from little_dragon import codec
+    from little_dragon.generation import constrained
+
+    checked = 0
+    for _, _, _, trace_json in _records(_db_dirs(harvested)):
+        lines = codec.encode(trace_json).splitlines()
+        if "post" in lines:
+            lines = lines[:lines.index("post")]
+        for i in range(1, len(lines) + 1):
+            text = "\n".join(lines[:i]) + "\n"
+            assert constrained._decode(text) == codec.decode(text, codec.SyntaxOnlyContext()), (i, lines[i - 1])
+            checked += 1
+        constrained._DECODED.data.clear()  # and a whole script with no prefix cached
+        assert constrained._decode(text) == codec.decode(text, codec.SyntaxOnlyContext())
+    assert checked > 100
+    bad = "blk C\nloops b0 3\ntile l7 = 4 8 3\n"
+    with pytest.raises(codec.DecodeError):
+        constrained._decode(bad)
+    with pytest.raises(codec.DecodeError):
+        codec.decode(bad, codec.SyntaxOnlyContext())
+
+
+def test_schedule_facts_match_the_schedule_api():
+    """``constrain_state`` queries TVM's FFI directly (no Python type checker); its facts are the ones the
+    public ``Schedule`` methods give."""
+    from tvm.s_tir import Schedule, Trace
+
+    from little_dragon import codec
+    from little_dragon.generation.constrain_state import prefix_state
+
+    wl = _matmul_workload()
+    for text in ("blk C\n", "blk C\nloops b0 3\ntile l0 = 4 8 3\n", "blk C\nblk root\nloops b0 3\n"
+                 "tile l0 = 4 8 3\nann b1 .unroll_explicit cat unroll = 3\n"):
+        trace_json = codec.decode(text, codec.SyntaxOnlyContext())
+        st = prefix_state(wl.mod, trace_json)
+        sch = Schedule(wl.mod, debug_mask=0)
+        Trace.apply_json_to_schedule(trace_json, sch)
+        blocks = [rv for inst in sch.trace.insts for rv in inst.outputs if type(rv).__name__ == "SBlockRV"]
+        assert sorted(st.blocks) == list(range(len(blocks)))
+        for k, rv in enumerate(blocks):
+            assert st.blocks[k] == sch.get(rv).name_hint
+            assert st.n_loops_above[k] == len(sch.get_loops(rv))
+            assert st.n_children[k] == len(sch.get_child_blocks(rv))
+            assert st.n_producers[k] == len(sch.get_producers(rv))
+            assert st.n_consumers[k] == len(sch.get_consumers(rv))
+        assert sorted(st.block_names) == sorted(["root", "C"])
+
+
+def test_line_by_line_apply_equals_replaying_the_prefix(harvested):
+    """The constraint applies each line to a copy of the prefix's live schedule (``constrain_state.extend``);
+    on every prefix of real records (llvm and CUDA tensor-core) the facts and the scheduled IR equal those
+    of applying the whole prefix to a fresh schedule, and the two agree on which prefixes fail."""
+    import dataclasses
+
+    from little_dragon import codec
+    from little_dragon.generation import constrained
+    from little_dragon.generation.constrain_state import live_state, replay
+
+    checked = 0
+    before = dict(constrained.APPLIED)
+    for _, mod, target, trace_json in _records(_db_dirs(harvested)[:5], 2):
+        from little_dragon.tvmx.postprocs import needs_tensor_intrinsics
+
+        if needs_tensor_intrinsics(trace_json):
+            from little_dragon.tvmx.build import import_tensor_intrinsics
+
+            import_tensor_intrinsics()
+        lines = codec.encode(trace_json).splitlines()
+        if "post" in lines:
+            lines = lines[:lines.index("post")]
+        key = ("test", id(trace_json))
+        for i in range(len(lines) + 1):
+            text = "\n".join(lines[:i]) + "\n" if i else ""
+            state = constrained._prefix_state(mod, text, key)
+            fresh = replay(mod, constrained._decode(text) if text else [[], []])
+            assert dataclasses.asdict(state) == dataclasses.asdict(live_state(fresh)), (i, lines[i - 1])
+            assert constrained._LIVE.get((key, text)).sch.mod.script() == fresh.sch.mod.script(), i
+            checked += 1
+    assert checked > 100
+    assert constrained.APPLIED["extended"] - before.get("extended", 0) > checked // 2  # mostly one line

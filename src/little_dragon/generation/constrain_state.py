@@ -13,8 +13,14 @@ block, loop and value defined) map onto TVM objects.  From the live schedule we 
 - the names of all blocks of the scheduled function (``blk NAME``; cache stages add names such as
   ``C_local``).
 
-Re-applying the whole prefix at each new line costs a few milliseconds (an llvm conv2d's 40-line trace:
-~6 ms a line on one core), far less than generating the line.
+Incremental: a line's instructions are applied to a copy of the schedule of the prefix before it
+(``extend``; the k attempts of a prompt fork from their common prefix), so a script is applied once, not
+once per line (re-applying the whole prefix at every line made a 60-line script cost O(lines^2)).  TVM
+applies a JSON trace only with the names it defines itself, so the variables the new line reads are
+first re-acquired by name in that JSON (a block by its name, a loop as the i-th loop above a block under
+it, a value as a one-candidate categorical of its value); any failure there falls back to applying the
+whole prefix to a fresh schedule (``replay``), whose verdict is authoritative.  Tests check that the two
+give equal facts on every prefix of real records.
 """
 from __future__ import annotations
 
@@ -50,58 +56,229 @@ def _safe(f: Any, default: Any) -> Any:
         return default
 
 
-def state_of(sch: Any) -> ScheduleState:
-    """The state of a schedule that has just replayed a script prefix (its trace holds the prefix)."""
-    from tvm.s_tir.schedule import LoopRV, SBlockRV
+def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> ScheduleState:
+    """The state of a schedule that has applied a script prefix: ``rvs`` are the prefix's random variables
+    in definition order (default: the outputs of the schedule's trace, which then holds the prefix only).
+    ``dead``: positions in ``rvs`` of variables known to be gone (skipped: a variable never comes back;
+    asking TVM about a gone one raises, ~0.1 ms each); the ones found gone now are added.
 
+    The queries go to TVM's FFI functions directly (the ``Schedule`` methods' Python type checker cost
+    ~10x the queries themselves: ~8 ms of a line's ~10 ms); the answers are the same calls' answers."""
+    from tvm.s_tir.schedule import LoopRV, SBlockRV, _ffi_api
+
+    get = _ffi_api.ScheduleGet
     blocks: dict[int, str] = {}
     loops: dict[int, int | None] = {}
     block_rvs: dict[int, Any] = {}
-    loop_rvs: dict[int, Any] = {}
     nb = nl = nv = 0
-    for inst in sch.trace.insts:
-        for rv in inst.outputs:
-            if isinstance(rv, SBlockRV):
-                blk = _safe(lambda: sch.get(rv), None)
-                if blk is not None:
-                    blocks[nb], block_rvs[nb] = blk.name_hint, rv
-                nb += 1
-            elif isinstance(rv, LoopRV):
-                loop = _safe(lambda: sch.get(rv), None)
-                if loop is not None:
-                    loops[nl], loop_rvs[nl] = _int(loop.extent), rv
-                nl += 1
+    if rvs is None:
+        rvs = [rv for inst in sch.trace.insts for rv in inst.outputs]
+    gone = dead if dead is not None else set()
+    for i, rv in enumerate(rvs):
+        if isinstance(rv, SBlockRV):
+            blk = None if i in gone else _safe(lambda: get(sch, rv), None)
+            if blk is not None:
+                blocks[nb], block_rvs[nb] = blk.name_hint, (rv, blk)
             else:
-                nv += 1
+                gone.add(i)
+            nb += 1
+        elif isinstance(rv, LoopRV):
+            loop = None if i in gone else _safe(lambda: get(sch, rv), None)
+            if loop is not None:
+                loops[nl] = _int(loop.extent)
+            else:
+                gone.add(i)
+            nl += 1
+        else:
+            nv += 1
     # queries below add instructions to the trace; they come after the enumeration above
     st = ScheduleState(blocks, loops, nv, [], {}, {}, {}, {}, {}, {})
-    for k, rv in block_rvs.items():
-        blk = sch.get(rv)
-        st.n_loops_above[k] = _safe(lambda: len(sch.get_loops(rv)), -1)
-        st.n_children[k] = _safe(lambda: len(sch.get_child_blocks(rv)), -1)
-        st.n_producers[k] = _safe(lambda: len(sch.get_producers(rv)), -1)
-        st.n_consumers[k] = _safe(lambda: len(sch.get_consumers(rv)), -1)
+    for k, (rv, blk) in block_rvs.items():
+        st.n_loops_above[k] = _safe(lambda: _n_loops_above(sch, rv), -1)
+        st.n_children[k] = _safe(lambda: len(_query(sch, _ffi_api.ScheduleGetChildBlocks, rv)), -1)
         st.n_reads[k], st.n_writes[k] = len(blk.reads), len(blk.writes)
+        if _safe(lambda: _ffi_api.ScheduleGetSRef(sch, rv).parent is None, False):
+            # the root block has no scope above it: TVM raises for its producers and consumers (a raised
+            # error costs ~1-10 ms to format); the answer is the same "unknown"
+            st.n_producers[k] = st.n_consumers[k] = -1
+            continue
+        st.n_producers[k] = _safe(lambda: len(_query(sch, _ffi_api.ScheduleGetProducers, rv)), -1)
+        st.n_consumers[k] = _safe(lambda: len(_query(sch, _ffi_api.ScheduleGetConsumers, rv)), -1)
     st.block_names = _block_names(sch)
     return st
 
 
+def _n_loops_above(sch: Any, rv: Any) -> int:
+    """``len(sch.get_loops(rv))`` read off the IR (TVM's GetLoops: the For ancestors up to the first
+    non-loop), without adding an instruction and variables to the schedule."""
+    from tvm.s_tir.schedule import _ffi_api
+    from tvm.tirx import For
+
+    n, p = 0, _ffi_api.ScheduleGetSRef(sch, rv).parent
+    while p is not None and isinstance(p.stmt, For):
+        n, p = n + 1, p.parent
+    return n
+
+
+def _query(sch: Any, fn: Any, *args: Any) -> list:
+    """A schedule query whose answer is read and forgotten: its trace instruction and the variables it
+    made are removed again (a live schedule is copied at every line: its trace and symbol table would
+    otherwise grow by every query of every line before)."""
+    from tvm.s_tir.schedule import _ffi_api
+
+    out = list(fn(sch, *args))
+    sch.trace.pop()
+    for rv in out:
+        _ffi_api.ScheduleRemoveRV(sch, rv)
+    return out
+
+
 def _block_names(sch: Any) -> list[str]:
+    """Every block of the scheduled function, root first (depth first); the queries are undone after."""
+    from tvm.s_tir.schedule import _ffi_api
+
     names: list[str] = []
-    root = _safe(lambda: sch.get_sblock("root"), None)
-    todo = [root] if root is not None else []
+    made: list = []
+    queries = 0
+    try:
+        root = _ffi_api.ScheduleGetSBlock(sch, "root", None)
+        queries, made = 1, [root]
+    except Exception:  # noqa: BLE001 - no block named root
+        return names
+    todo = [root]
     while todo:
         b = todo.pop()
-        names.append(sch.get(b).name_hint)
-        todo.extend(reversed(_safe(lambda: sch.get_child_blocks(b), [])))
+        names.append(_ffi_api.ScheduleGet(sch, b).name_hint)
+        kids = _safe(lambda: list(_ffi_api.ScheduleGetChildBlocks(sch, b)), None)
+        if kids is not None:
+            queries += 1
+            made += kids
+            todo.extend(reversed(kids))
+    trace = sch.trace
+    for _ in range(queries):
+        trace.pop()
+    for rv in made:
+        _ffi_api.ScheduleRemoveRV(sch, rv)
     return names
 
 
 def prefix_state(mod: Any, trace_json: list) -> ScheduleState:
     """Apply ``trace_json`` (a decoded prefix) to a fresh schedule of ``mod``; TVM's error propagates when
     the prefix does not apply (the caller rejects the attempt)."""
+    live = replay(mod, trace_json)
+    return state_of(live.sch, live.rvs.values())
+
+
+# ------------------------------------------------------------------------------------ live schedules
+@dataclasses.dataclass
+class LiveSchedule:
+    """A schedule that has applied a prefix, and the prefix's random variables by their JSON names
+    (``b0``, ``l3``, ``v7``: TVM's names, one counter), in definition order."""
+    sch: Any
+    rvs: dict[str, Any]
+    n_insts: int
+    dead: set[int] = dataclasses.field(default_factory=set)  # positions in ``rvs`` known to be gone
+
+
+def replay(mod: Any, trace_json: list) -> LiveSchedule:
+    """``trace_json`` applied to a fresh schedule of ``mod`` (TVM's error propagates)."""
     from tvm.s_tir import Schedule, Trace
 
     sch = Schedule(mod, debug_mask=0)
     Trace.apply_json_to_schedule(trace_json, sch)
-    return state_of(sch)
+    applied = list(sch.trace.insts)
+    try:
+        return LiveSchedule(sch, _outputs(trace_json[0], applied), len(trace_json[0]))
+    except RuntimeError:  # not one trace instruction per JSON one: facts from the trace, never extended
+        return LiveSchedule(sch, {f"?{i}": rv for i, rv in enumerate(rv for inst in applied for rv in inst.outputs)}, -1)
+
+
+def _outputs(json_insts: list, applied: Any) -> dict[str, Any]:
+    if len(applied) != len(json_insts):
+        raise RuntimeError(f"{len(json_insts)} instructions applied as {len(applied)}")
+    out: dict[str, Any] = {}
+    for inst, done in zip(json_insts, applied):
+        names, rvs = inst[3], list(done.outputs)
+        if len(names) != len(rvs):
+            raise RuntimeError(f"{inst[0]}: {len(names)} outputs named, {len(rvs)} made")
+        for name, rv in zip(names, rvs):
+            if name != "_" and rv is not None:
+                out[name] = rv
+    return out
+
+
+def _names_in(value: Any, found: dict[str, None]) -> None:
+    if isinstance(value, str):
+        if value[:1] == "{":  # an index map: TVM binds its variables by name, unbound ones stay symbolic
+            raise RuntimeError("an index map: replay")
+        if value[:1] in "blv" and value[1:].isdigit():
+            found[value] = None
+    elif isinstance(value, list):
+        for v in value:
+            _names_in(v, found)
+
+
+def extend(live: LiveSchedule, json_insts: list, decisions: list) -> LiveSchedule:
+    """``live`` followed by ``json_insts`` (decisions: ``[i, decision]`` with ``i`` indexing
+    ``json_insts``), on a copy of its schedule.  Raises on anything unexpected (the caller then replays
+    the whole prefix: that verdict, success or TVM's error, is the authoritative one)."""
+    from tvm.s_tir import Trace
+    from tvm.s_tir.schedule import LoopRV, SBlockRV, _ffi_api
+
+    if live.n_insts < 0:
+        raise RuntimeError("this prefix's variables are not known by name")
+    sch = live.sch.copy()
+    funcs = [gv.name_hint for gv in sch.mod.functions]
+    if len(funcs) != 1:
+        raise RuntimeError("re-acquiring blocks by name needs a module of one function")
+    func = funcs[0]
+    get = _ffi_api.ScheduleGet
+    preamble: list = []
+    pre_decisions: list = []
+    referenced: dict[str, None] = {}
+    for inst in json_insts:
+        _names_in(inst[1], referenced)
+    defined_here: set[str] = set()
+    for inst in json_insts:  # names a new instruction reads that an earlier new instruction defines
+        defined_here.update(n for n in inst[3])
+    for j, name in enumerate(referenced):
+        rv = live.rvs.get(name)
+        if rv is None:
+            if name in defined_here:
+                continue
+            raise KeyError(f"{name} is not defined by the prefix")
+        if isinstance(rv, SBlockRV):
+            preamble.append(["GetSBlock", [], [get(sch, rv).name_hint, func], [name]])
+        elif isinstance(rv, LoopRV):
+            loop = get(sch, rv)
+            kids = list(_ffi_api.ScheduleGetChildBlocks(sch, rv))
+            if not kids:
+                raise RuntimeError(f"loop {name} has no block under it")
+            above = list(_ffi_api.ScheduleGetLoops(sch, kids[0]))
+            at = [i for i, other in enumerate(above) if get(sch, other).same_as(loop)]
+            if len(at) != 1:
+                raise RuntimeError(f"loop {name} not found above its block")
+            tmp = f"_b{j}"
+            preamble.append(["GetSBlock", [], [get(sch, kids[0]).name_hint, func], [tmp]])
+            preamble.append(["GetLoops", [tmp], [], [name if i == at[0] else f"_l{j}_{i}" for i in range(len(above))]])
+        else:
+            value = _int(get(sch, rv))
+            if value is None:
+                raise RuntimeError(f"value {name} is not a constant")
+            pre_decisions.append([len(preamble), 0])
+            preamble.append(["SampleCategorical", [], [[value], [1.0]], [name]])
+    n0 = len(sch.trace.insts)
+    trace_json = [preamble + list(json_insts),
+                  pre_decisions + [[len(preamble) + i, d] for i, d in decisions]]
+    Trace.apply_json_to_schedule(trace_json, sch)
+    insts = sch.trace.insts
+    applied = [insts[i] for i in range(n0, len(insts))]
+    if len(applied) != len(trace_json[0]):
+        raise RuntimeError(f"{len(trace_json[0])} instructions applied as {len(applied)}")
+    rvs = dict(live.rvs)
+    rvs.update(_outputs(trace_json[0][len(preamble):], applied[len(preamble):]))
+    return LiveSchedule(sch, rvs, live.n_insts + len(json_insts), set(live.dead))
+
+
+def live_state(live: LiveSchedule) -> ScheduleState:
+    return state_of(live.sch, list(live.rvs.values()), live.dead)

@@ -46,7 +46,7 @@ import threading
 import time
 from typing import Any
 
-from little_dragon.generation.constrain_state import ScheduleState, prefix_state
+from little_dragon.generation.constrain_state import ScheduleState, extend, live_state, replay
 from little_dragon.generation.grammar_line import line_grammar
 
 log = logging.getLogger(__name__)
@@ -62,9 +62,13 @@ class Workload:
     mod: Any
     target: str  # compact JSON
 
-    @property
+    @functools.cached_property
     def key(self) -> tuple[int, str]:
-        return (id(self.mod), self.target)
+        """The cache key of this workload's prefix facts: the kernel's structural hash (not ``id(mod)``:
+        a freed module's id is reused by the next one, whose prefixes then hit the old one's facts)."""
+        from little_dragon.workloads.store import structural_hash
+
+        return (structural_hash(self.mod), self.target)
 
 
 @functools.lru_cache(maxsize=256)
@@ -98,7 +102,9 @@ class ConstraintStats:
     resampled: int = 0             # attempts generated again after a rejection (generate_constrained)
     truncated: int = 0             # attempts that hit the token budget mid-line (their complete lines kept)
     mask_s: float = 0.0            # time computing masks
-    state_s: float = 0.0           # time applying prefixes and building line grammars
+    state_s: float = 0.0           # time decoding lines, applying prefixes, writing line grammars
+    compile_s: float = 0.0         # wall time compiling line grammars (llguidance; in parallel when several)
+    compiled: int = 0              # line grammars compiled (the rest were cached: same schedule facts)
     reasons: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def add_reason(self, reason: str) -> None:
@@ -126,30 +132,83 @@ class TokenEngine:
         self.vocab_size = self.lltok.vocab_size
         self._llg = llguidance
         self._cache: dict[str, Any] = {}
+        self._inflight: dict[str, Any] = {}  # grammar -> Future of its compile (started ahead: ``start``)
         self._lock = threading.Lock()
         self._bytes: dict[int, bytes] = {}
         # a line grammar is compiled once per line: not precomputing large lexemes makes that ~3x faster
         # (10 ms instead of 30 for SmolLM2's 49k vocabulary) and masks stay ~30 us
         self._limits = llguidance.LLParserLimits(precompute_large_lexemes=False)
 
+    def _compile(self, grammar: str) -> Any:
+        m = self._llg.LLMatcher(self.lltok, self._llg.LLMatcher.grammar_from_lark(grammar),
+                                log_level=0, limits=self._limits)
+        if m.is_error():
+            raise ValueError(f"line grammar rejected by llguidance: {m.get_error()}")
+        return m
+
     def matcher(self, grammar: str) -> Any:
+        return self.matchers([grammar])[grammar].deep_copy()
+
+    def start(self, grammars: list[str]) -> None:
+        """Begin compiling ``grammars`` in the background (``matchers`` collects them): started while the
+        model computes the next step, the compile (GIL released) costs that step nothing."""
+        if _workers() < 2:
+            return
         with self._lock:
-            m = self._cache.get(grammar)
-            if m is None:
-                m = self._llg.LLMatcher(self.lltok, self._llg.LLMatcher.grammar_from_lark(grammar),
-                                        log_level=0, limits=self._limits)
-                if m.is_error():
-                    raise ValueError(f"line grammar rejected by llguidance: {m.get_error()}")
-                if len(self._cache) > 4096:
-                    self._cache.clear()
-                self._cache[grammar] = m
-            return m.deep_copy()
+            for g in grammars:
+                if g not in self._cache and g not in self._inflight:
+                    self._inflight[g] = _pool().submit(self._compile, g)
+
+    def matchers(self, grammars: list[str], stats: ConstraintStats | None = None) -> dict[str, Any]:
+        """Compiled matchers of ``grammars`` (cached by text, i.e. by the schedule facts the text is written
+        from): the missing ones are compiled in parallel (llguidance drops the GIL while compiling), or
+        collected from ``start``.  The caller deep-copies before use."""
+        with self._lock:
+            out = {g: self._cache.get(g) for g in grammars}
+            waiting = {g: self._inflight[g] for g, m in out.items() if m is None and g in self._inflight}
+        todo = [g for g, m in out.items() if m is None and g not in waiting]
+        if not (todo or waiting):
+            return out
+        t0 = time.perf_counter()
+        if len(todo) > 1 and _workers() > 1:
+            futures = {g: _pool().submit(self._compile, g) for g in todo}
+            compiled = {g: f.result() for g, f in futures.items()}
+        else:
+            compiled = {g: self._compile(g) for g in todo}
+        for g, f in waiting.items():
+            try:
+                compiled[g] = f.result()
+            finally:
+                with self._lock:
+                    self._inflight.pop(g, None)
+        with self._lock:
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            for g, m in compiled.items():
+                self._cache[g] = out[g] = m
+        if stats is not None:
+            stats.compile_s += time.perf_counter() - t0  # time spent waiting for compiles
+            stats.compiled += len(compiled)
+        return out
 
     def token_bytes(self, tok: int) -> bytes:
         b = self._bytes.get(tok)
         if b is None:
             b = self._bytes[tok] = self.lltok.decode_bytes([tok])
         return b
+
+
+def _workers() -> int:
+    import os
+
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+@functools.lru_cache(maxsize=1)
+def _pool() -> Any:
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(_workers(), thread_name_prefix="line-grammar")
 
 
 @functools.lru_cache(maxsize=8)
@@ -188,13 +247,38 @@ _DECODED = _LRU(8192)
 _STATES = _LRU(8192)
 
 
-def _decode(text: str) -> list:
-    from little_dragon import codec
+@dataclasses.dataclass(frozen=True)
+class _Decoded:
+    """A decoded prefix: its trace JSON and the decoder's names after it (to decode one more line)."""
+    trace: list
+    defined: dict
+    counts: dict
+    total: int
 
+
+_EMPTY = _Decoded([[], []], {}, {"b": 0, "l": 0, "v": 0}, 0)
+
+
+def _decode(text: str) -> list:
+    """The trace JSON of ``text`` (complete lines), as ``codec.decode(text)`` gives it.  Incremental: a
+    line is decoded on the decoder state of the prefix before it (cached: the prefix was decoded when its
+    own last line ended), so a script is parsed once, not once per line (``test_incremental_decode``
+    checks it equals the codec's whole-text decode on every prefix of real records)."""
+    return _decoded(text).trace
+
+
+def _decoded(text: str) -> _Decoded:
     hit = _DECODED.get(text)
     if hit is None:
+        head = text[:-1].rpartition("\n")[0] if text.endswith("\n") else None
+        parent = None
+        if head is not None:
+            parent = _EMPTY if not head else _DECODED.get(head + "\n")
         try:
-            hit = codec.decode(text, codec.SyntaxOnlyContext())
+            if isinstance(parent, _Decoded):
+                hit = _extend(parent, text[len(head) + 1 if head else 0:])
+            else:
+                hit = _extend(_EMPTY, text)
         except Exception as e:  # noqa: BLE001 - cached and re-raised
             hit = e
         _DECODED.put(text, hit)
@@ -203,7 +287,48 @@ def _decode(text: str) -> list:
     return hit
 
 
-def _prefix_state(mod: Any, text: str) -> ScheduleState:
+def _extend(parent: _Decoded, text: str) -> _Decoded:
+    """``parent`` followed by the instructions of ``text``: the loop of ``codec.script.decode_with_lines``
+    on the parent's decoder state (no ``post *`` here: the constraint handles it apart)."""
+    from little_dragon import codec
+    from little_dragon.codec import derive
+    from little_dragon.codec.grammar import parse
+    from little_dragon.codec.kinds import BY_KIND
+    from little_dragon.codec.script import FOLD_BY_RULE, _Decoder, _is_derived_post
+
+    tree = parse(text)
+    dec = _Decoder()
+    dec.defined, dec.counts, dec.total = dict(parent.defined), dict(parent.counts), parent.total
+    insts, decisions = list(parent.trace[0]), list(parent.trace[1])
+    for node in tree.children:
+        if _is_derived_post(node):  # not expected here; the codec's own decode says what is wrong
+            codec.decode(text, codec.SyntaxOnlyContext())
+            raise codec.DecodeError("`post *` is derived: not decodable line by line")
+        if node.data == BY_KIND["Reorder"].rule and node.children[0].type == "DERIVED":
+            order = derive.tiling_reorder(insts)
+            if order is None:
+                raise dec.err("`reorder *` follows the `tile` lines of a multi-level tiling", node,
+                              expected="a `tiling` annotation and its `tile` lines right before", found="reorder *")
+            pairs = [(["Reorder", order, [], []], None)]
+        elif node.data in FOLD_BY_RULE:
+            pairs = FOLD_BY_RULE[node.data].read(dec, node, len(insts))
+        else:
+            pairs = [dec.instruction(node, len(insts))]
+        for inst, decision in pairs:
+            if decision is not None:
+                decisions.append([len(insts), decision])
+            insts.append(inst)
+    return _Decoded([insts, decisions], dec.defined, dec.counts, dec.total)
+
+
+_LIVE = _LRU(512)  # (workload, prefix) -> its LiveSchedule (a TVM schedule each: fewer of them kept)
+APPLIED: collections.Counter = collections.Counter()  # "extended" (one line applied) / "replayed" (whole prefix)
+
+
+def _prefix_state(mod: Any, text: str, key: Any = None) -> ScheduleState:
+    """The facts of ``text`` (complete lines) on ``mod``: the schedule of the prefix one line shorter,
+    extended by the last line (``constrain_state.extend``), or, when that is not cached or fails, the
+    whole prefix applied to a fresh schedule (whose error, if any, is the verdict)."""
     trace_json = _decode(text) if text else [[], []]
     if trace_json[0]:
         from little_dragon.codec.postproc import needs_tensor_intrinsics
@@ -212,7 +337,23 @@ def _prefix_state(mod: Any, text: str) -> ScheduleState:
             from little_dragon.tvmx.build import import_tensor_intrinsics
 
             import_tensor_intrinsics()
-    return prefix_state(mod, trace_json)
+    live = None
+    if text and key is not None:
+        head = text[:-1].rpartition("\n")[0]
+        parent = _LIVE.get((key, head + "\n" if head else ""))
+        if parent is not None and parent.n_insts >= 0:
+            n = parent.n_insts
+            try:
+                live = extend(parent, trace_json[0][n:], [[i - n, d] for i, d in trace_json[1] if i >= n])
+                APPLIED["extended"] += 1
+            except Exception:  # noqa: BLE001 - the whole prefix on a fresh schedule decides
+                live = None
+    if live is None:
+        APPLIED["replayed"] += 1
+        live = replay(mod, trace_json)
+    if key is not None:
+        _LIVE.put((key, text), live)
+    return live_state(live)
 
 
 # ------------------------------------------------------------------------------------- one attempt's state
@@ -233,7 +374,18 @@ class ScriptConstraint:
         self.dead = False
         self.error = ""
         self.state: ScheduleState | None = None
+        self.pending: str | None = None  # the next line's grammar, until its matcher is compiled
+        self._matcher: Any = None
         self._new_line(first=True)
+
+    @property
+    def matcher(self) -> Any:
+        """The current line's llguidance matcher (compiled on first use unless ``prepare`` compiled it
+        together with other attempts' grammars)."""
+        if self.pending is not None:
+            g, self.pending = self.pending, None
+            self._matcher = self.engine.matchers([g], self.stats)[g].deep_copy()
+        return self._matcher
 
     # -- line bookkeeping
     def _grammar(self, first: bool) -> str:
@@ -247,7 +399,7 @@ class ScriptConstraint:
             except Exception as e:  # noqa: BLE001 - the prefix does not apply: the attempt is dead
                 self._kill("apply", e)
                 return
-        self.matcher = self.engine.matcher(self._grammar(first))
+        self.pending, self._matcher = self._grammar(first), None
         self.line = b""
         self.stats.state_s += time.perf_counter() - t0
 
@@ -256,7 +408,7 @@ class ScriptConstraint:
         hit = _STATES.get(key)
         if hit is None:
             try:
-                hit = _prefix_state(self.workload.mod, self.text)
+                hit = _prefix_state(self.workload.mod, self.text, self.workload.key)
             except Exception as e:  # noqa: BLE001 - cached too: k attempts often share a failing prefix
                 hit = e
             _STATES.put(key, hit)
@@ -280,7 +432,7 @@ class ScriptConstraint:
         if line.strip().startswith("post") and line.strip() != "post" and line.split()[-1] == "*":
             self.finished = True  # `post *`: the post-processing is derived and checked by the final decode
             self.text = candidate
-            self.matcher = self.engine.matcher(self._grammar(False))
+            self.pending, self._matcher = self._grammar(False), None
             self.line = b""
             return
         try:
@@ -335,8 +487,52 @@ class ScriptConstraint:
         self.matcher.unsafe_compute_mask_ptr(v.data_ptr(), v.numel() * v.element_size())
         self.stats.mask_s += time.perf_counter() - t0
 
+    def eos_only(self) -> bool:
+        return self.dead or self.done or self.matcher.is_stopped()
+
+
+def fill_masks(constraints: list[ScriptConstraint], bitmask: Any) -> None:
+    """``fill_mask`` of every row at once: the live rows' masks computed in parallel by llguidance's
+    executor (one call, GIL released), the others EOS only."""
+    live = []
+    for i, c in enumerate(constraints):
+        if c.eos_only():
+            c.fill_mask(bitmask, i)
+        else:
+            live.append((c.matcher, i))
+    if not live:
+        return
+    t0 = time.perf_counter()
+    if len(live) < 4 or bitmask.shape[1] < 1024 or _workers() < 2:
+        # a small vocabulary (the tiny model's 2k tokens: ~10 us a mask) costs less than a hand-off to threads
+        for m, i in live:
+            v = bitmask[i]
+            m.unsafe_compute_mask_ptr(v.data_ptr(), v.numel() * v.element_size())
+    else:
+        _executor().unsafe_compute_mask_ptr(live, bitmask.data_ptr(), bitmask.shape[1] * bitmask.element_size(),
+                                            bitmask.shape[0])
+    constraints[0].stats.mask_s += time.perf_counter() - t0
+
+
+@functools.lru_cache(maxsize=1)
+def _executor() -> Any:
+    import llguidance
+
+    return llguidance.LLExecutor(num_threads=_workers())
+
 
 _SHIFTS: dict[Any, Any] = {}
+
+
+def prepare(constraints: list[ScriptConstraint]) -> None:
+    """Compile the pending line grammars of ``constraints`` at once (distinct ones in parallel), so that a
+    decoding step where several attempts ended a line waits for one compile, not one per attempt."""
+    todo = [c for c in constraints if c.pending is not None and not (c.dead or c.done)]
+    if len(todo) < 2:
+        return
+    compiled = todo[0].engine.matchers(list(dict.fromkeys(c.pending for c in todo)), todo[0].stats)
+    for c in todo:
+        c._matcher, c.pending = compiled[c.pending].deep_copy(), None
 
 
 def allocate_bitmask(rows: int, vocab: int) -> Any:
@@ -380,10 +576,28 @@ class CodecLogitsProcessor:
         self.engine, self.constraints = engine, constraints
         self._prompt_len: int | None = None
         self._bitmask = None
+        self._advanced = False  # the last sampled tokens were consumed ahead (``ahead``)
+
+    def ahead(self, input_ids: Any) -> None:
+        """Consume the tokens just sampled before the model's next forward pass (a forward pre-hook
+        calls this: ``generate_constrained``) and start compiling the grammars of the lines they ended, so
+        that the compiles run while the model computes; ``__call__`` then only collects them."""
+        if self._prompt_len is None or self._advanced or input_ids is None:
+            return
+        if input_ids.shape[0] != len(self.constraints):
+            return
+        for c, tok in zip(self.constraints, input_ids[:, -1].tolist()):
+            c.advance(tok)
+        self._advanced = True
+        pending = [c.pending for c in self.constraints if c.pending is not None and not (c.dead or c.done)]
+        if pending:
+            self.engine.start(list(dict.fromkeys(pending)))
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         if self._prompt_len is None:
             self._prompt_len = input_ids.shape[1]
+        elif self._advanced:
+            self._advanced = False
         else:
             last = input_ids[:, -1].tolist()
             for c, tok in zip(self.constraints, last):
@@ -391,8 +605,8 @@ class CodecLogitsProcessor:
         n = len(self.constraints)
         if self._bitmask is None:
             self._bitmask = allocate_bitmask(n, scores.shape[-1])
-        for i, c in enumerate(self.constraints):
-            c.fill_mask(self._bitmask, i)
+        prepare(self.constraints)
+        fill_masks(self.constraints, self._bitmask)
         apply_bitmask(scores, self._bitmask)
         done = [i for i, c in enumerate(self.constraints) if c.done]
         if done:  # finished rows get pad tokens from generate(); leave their scores finite
@@ -409,6 +623,7 @@ class ConstrainedDecoding:
         self.tokenizer, self.semantic = tokenizer, semantic
         self.stats = ConstraintStats()
         self.last_constraints: list[ScriptConstraint] = []
+        self.processor: CodecLogitsProcessor | None = None
         self._engine: TokenEngine | None = None
 
     def engine(self, vocab_size: int | None = None) -> TokenEngine:
@@ -428,7 +643,15 @@ class ConstrainedDecoding:
 
     def __call__(self, batch_prompts: list[str], k: int) -> CodecLogitsProcessor:
         self.last_constraints = self.constraints_for(batch_prompts, k)
-        return CodecLogitsProcessor(self.engine(), self.last_constraints)
+        self.processor = CodecLogitsProcessor(self.engine(), self.last_constraints)
+        return self.processor
+
+    def forward_pre_hook(self, module: Any, args: Any, kwargs: Any) -> None:
+        """For ``model.register_forward_pre_hook(..., with_kwargs=True)``: hands the tokens just sampled
+        to the current batch's processor before the forward pass (``CodecLogitsProcessor.ahead``)."""
+        proc = getattr(self, "processor", None)
+        if proc is not None:
+            proc.ahead(kwargs.get("input_ids", args[0] if args else None))
 
 
 def logits_processor_factory(tokenizer: Any, semantic: bool = True) -> ConstrainedDecoding:
@@ -446,6 +669,7 @@ class ConstrainedResult:
     seconds: float                 # all passes
     new_tokens: int                # tokens of the final scripts
     first_seconds: float = 0.0     # the first pass alone (equal-attempt tokens/s)
+    first_generated: int = 0       # tokens the first pass sampled (incl. those of lines cut off at the budget)
 
 
 def generate_constrained(model: Any, tokenizer: Any, prompts: list[str], k: int, max_new_tokens: int,
@@ -453,22 +677,37 @@ def generate_constrained(model: Any, tokenizer: Any, prompts: list[str], k: int,
                          semantic: bool = True, hook: ConstrainedDecoding | None = None) -> ConstrainedResult:
     """``k`` constrained attempts per prompt; an attempt that a line check rejected is generated again,
     at most ``max_resamples`` more times (each one counted in ``stats.resampled``)."""
+    hook = hook or ConstrainedDecoding(tokenizer, semantic)
+    handle = model.register_forward_pre_hook(hook.forward_pre_hook, with_kwargs=True)
+    try:
+        return _generate_constrained(model, tokenizer, prompts, k, max_new_tokens, temperature, batch_size,
+                                     max_resamples, hook)
+    finally:
+        handle.remove()
+        hook.processor = None
+
+
+def _generate_constrained(model: Any, tokenizer: Any, prompts: list[str], k: int, max_new_tokens: int,
+                          temperature: float, batch_size: int, max_resamples: int,
+                          hook: ConstrainedDecoding) -> ConstrainedResult:
     from little_dragon.training.callbacks import sample_scripts
 
-    hook = hook or ConstrainedDecoding(tokenizer, semantic)
     t0 = time.perf_counter()
     scripts: list[list[str]] = []
     ok: list[list[bool]] = []
+    raw: list[str] = []
     for i in range(0, len(prompts), max(1, batch_size // k)):
         chunk = prompts[i:i + max(1, batch_size // k)]
         texts = sample_scripts(model, tokenizer, chunk, max_new_tokens, temperature, batch_size=batch_size,
                                num_return_sequences=k, logits_processor_factory=hook)
+        raw += texts
         texts = _scripts_of(hook.last_constraints, texts)
         dead = [c.dead for c in hook.last_constraints]
         for j in range(len(chunk)):
             scripts.append(texts[j * k:(j + 1) * k])
             ok.append([not d for d in dead[j * k:(j + 1) * k]] if len(dead) == len(texts) else [True] * k)
     first_seconds = time.perf_counter() - t0
+    generated = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in raw)
     first = [list(s) for s in scripts]
     first_ok = [list(o) for o in ok]
     final = [list(s) for s in scripts]
@@ -490,7 +729,8 @@ def generate_constrained(model: Any, tokenizer: Any, prompts: list[str], k: int,
                 ok[p][a] = good
         pending = [(p, a) for p, a in pending if not ok[p][a]]
     n_tok = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for s in final for t in s)
-    return ConstrainedResult(final, first, first_ok, hook.stats, time.perf_counter() - t0, n_tok, first_seconds)
+    return ConstrainedResult(final, first, first_ok, hook.stats, time.perf_counter() - t0, n_tok, first_seconds,
+                             generated)
 
 
 def _scripts_of(constraints: list[ScriptConstraint], texts: list[str]) -> list[str]:
