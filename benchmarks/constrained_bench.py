@@ -69,40 +69,57 @@ def bench_harvest(args: argparse.Namespace) -> dict[str, Any]:
     n = accepted = tokens = 0
     failures = []
     t0 = time.perf_counter()
+    done = set()
+    for path in args.skip_done or []:  # records another run already checked (its --progress file)
+        for line in Path(path).read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                done.add((r["db"], r["record"]))
+    work = []  # (position within its workload, db, name, workload, record index, trace JSON)
     for db in _db_dirs(args.harvest):
         for name, mod, recs in read_database(db):
-            for idx, trace_json, target in recs[:args.per_workload]:
-                lines = encode(trace_json).splitlines()
-                text = "\n".join(lines[:lines.index("post")] + ["post *"] if "post" in lines else lines) + "\n"
-                ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-                why = ""
-                t_rec = time.perf_counter()
-                try:
-                    c = ScriptConstraint(engine, Workload(mod, target), stats)
-                    for i, t in enumerate(ids):
-                        c.fill_mask(bits, 0)
-                        if not (int(bits[0, t // 32]) >> (t % 32)) & 1:
-                            why = f"token {i} {tok.decode([t])!r} after {tok.decode(ids[:i])[-100:]!r} {c.error}"
-                            break
-                        c.advance(t)
-                except Exception as e:  # noqa: BLE001 - a crash is a failure of this record, counted; go on
-                    why = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"[:300]
-                n += 1
-                tokens += len(ids)
-                bad = bool(why) or c.dead
-                if bad:
-                    failures.append({"db": str(db), "workload": name, "record": idx, "why": why or c.error})
-                else:
-                    accepted += 1
-                if args.progress:
-                    with open(args.progress, "a") as f:
-                        f.write(json.dumps({"db": str(db), "workload": name, "record": idx, "ok": not bad,
-                                            "why": (why or c.error) if bad else "", "tokens": len(ids),
-                                            "s": round(time.perf_counter() - t_rec, 3)}) + "\n")
-                print(f"record {n}: {name}#{idx} {'ok' if not bad else 'FORBIDDEN ' + (why or c.error)} "
-                      f"({len(ids)} tokens, {time.perf_counter() - t0:.0f} s)", flush=True)
-            if n and n % 50 < (args.per_workload or 1):
-                log.info("%d records, %d accepted (%.0f s)", n, accepted, time.perf_counter() - t0)
+            wls: dict[str, Any] = {}
+            for pos, (idx, trace_json, target) in enumerate(recs[:args.per_workload]):
+                if (str(db), idx) not in done:
+                    wl = wls.setdefault(target, Workload(mod, target))
+                    work.append((pos, str(db), name, wl, idx, trace_json))
+    if args.round_robin:  # every workload's first record, then every second one, ...: a partial run is spread
+        work.sort(key=lambda w: w[0])
+    shard, shards = (int(x) for x in args.shard.split("/"))
+    work = work[shard::shards]
+    print(f"{len(work)} records to check ({len(done)} done before)", flush=True)
+    for _, db, name, wl, idx, trace_json in work:
+        lines = encode(trace_json).splitlines()
+        text = "\n".join(lines[:lines.index("post")] + ["post *"] if "post" in lines else lines) + "\n"
+        ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        why = ""
+        t_rec = time.perf_counter()
+        try:
+            c = ScriptConstraint(engine, wl, stats)
+            for i, t in enumerate(ids):
+                c.fill_mask(bits, 0)
+                if not (int(bits[0, t // 32]) >> (t % 32)) & 1:
+                    why = f"token {i} {tok.decode([t])!r} after {tok.decode(ids[:i])[-100:]!r} {c.error}"
+                    break
+                c.advance(t)
+        except Exception as e:  # noqa: BLE001 - a crash is a failure of this record, counted; go on
+            why = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"[:300]
+        n += 1
+        tokens += len(ids)
+        bad = bool(why) or c.dead
+        if bad:
+            failures.append({"db": str(db), "workload": name, "record": idx, "why": why or c.error})
+        else:
+            accepted += 1
+        if args.progress:
+            with open(args.progress, "a") as f:
+                f.write(json.dumps({"db": str(db), "workload": name, "record": idx, "ok": not bad,
+                                    "why": (why or c.error) if bad else "", "tokens": len(ids),
+                                    "s": round(time.perf_counter() - t_rec, 3)}) + "\n")
+        print(f"record {n}: {name}#{idx} {'ok' if not bad else 'FORBIDDEN ' + (why or c.error)} "
+              f"({len(ids)} tokens, {time.perf_counter() - t0:.0f} s)", flush=True)
+        if n % 50 == 0:
+            log.info("%d records, %d accepted (%.0f s)", n, accepted, time.perf_counter() - t0)
     wall = time.perf_counter() - t0
     out = {"records": n, "accepted": accepted, "tokens": tokens, "lines": stats.lines, "wall_s": wall,
            "mask_us_per_token": 1e6 * stats.mask_s / max(tokens, 1),
@@ -415,6 +432,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokenizer", default="gguf", help="gguf (SmolLM2) or a HF tokenizer folder")
     ap.add_argument("--per-workload", type=int, default=None, help="records per workload (default: all)")
     ap.add_argument("--progress", help="--harvest: append one JSON line per record here (partial runs count)")
+    ap.add_argument("--skip-done", nargs="*", help="--harvest: skip the records these --progress files hold")
+    ap.add_argument("--round-robin", action="store_true", help="--harvest: k-th record of every workload in turn")
+    ap.add_argument("--shard", default="0/1", help="--harvest: I/N, every N-th record from the I-th")
     ap.add_argument("--libraries", action="store_true", help="mask cost: llguidance vs a Lark fallback")
     ap.add_argument("--ab", action="store_true", help="free vs constrained sampling at equal attempts")
     ap.add_argument("--model", help="HF model folder (an SFT output's model/)")

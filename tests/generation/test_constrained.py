@@ -289,12 +289,19 @@ def test_schedule_facts_match_the_schedule_api():
         Trace.apply_json_to_schedule(trace_json, sch)
         blocks = [rv for inst in sch.trace.insts for rv in inst.outputs if type(rv).__name__ == "SBlockRV"]
         assert sorted(st.blocks) == list(range(len(blocks)))
+
+        def count(query):  # -1: TVM refuses the query (the root block has no producers/consumers scope)
+            try:
+                return len(query())
+            except Exception:  # noqa: BLE001
+                return -1
+
         for k, rv in enumerate(blocks):
             assert st.blocks[k] == sch.get(rv).name_hint
-            assert st.n_loops_above[k] == len(sch.get_loops(rv))
-            assert st.n_children[k] == len(sch.get_child_blocks(rv))
-            assert st.n_producers[k] == len(sch.get_producers(rv))
-            assert st.n_consumers[k] == len(sch.get_consumers(rv))
+            assert st.n_loops_above[k] == count(lambda: sch.get_loops(rv))
+            assert st.n_children[k] == count(lambda: sch.get_child_blocks(rv))
+            assert st.n_producers[k] == count(lambda: sch.get_producers(rv))
+            assert st.n_consumers[k] == count(lambda: sch.get_consumers(rv))
         assert sorted(st.block_names) == sorted(["root", "C"])
 
 
