@@ -105,6 +105,30 @@ def test_promotion_gate_refuses_untrained_and_promotes_better(evaluations, eval_
     assert (tmp_path / "champion-history.md").is_file() and (tmp_path / "champion-history.png").is_file()
 
 
+def test_promote_cli_gates_several_candidates_in_order(evaluations, tmp_path, monkeypatch):
+    """``dragon registry promote --eval A --eval B`` (the pipeline: SFT, then RL): each candidate is gated
+    against the champion the previous decision left; the decision file holds both."""
+    import argparse
+
+    from mlflow import MlflowClient
+
+    from little_dragon.evaluation import promote_cli
+
+    un, tr = evaluations["untrained"].out_dir, evaluations["trained"].out_dir
+    out = tmp_path / "promotion.json"
+    args = argparse.Namespace(eval=[str(tr), str(un)], model_name=MODEL_NAME, dry_run=False, decision=str(out),
+                              set=[f'history="{tmp_path / "hist"}"', "bootstrap_samples=300"])
+    assert promote_cli.main(args) == 0
+    data = json.loads(out.read_text())
+    first, second = data["decisions"]
+    assert first["candidate"] == f"{MODEL_NAME}/v2" and second["candidate"] == f"{MODEL_NAME}/v1"
+    assert second["champion_before"] == f"{MODEL_NAME}/v2"      # gated against what the first one left
+    assert not second["promoted"] and data["champion_after"] == f"{MODEL_NAME}/v2"
+    assert str(MlflowClient().get_model_version_by_alias(MODEL_NAME, "champion").version) == "2"
+    last = json.loads((tmp_path / "hist.jsonl").read_text().splitlines()[-1])   # (a re-gated champion is not logged)
+    assert last["candidate"] == f"{MODEL_NAME}/v1" and last["promoted"] is False
+
+
 def test_decide_units():
     """The gate's rule on known per-prompt tables: significantly worse, tie-but-slower, better."""
     from little_dragon.evaluation.eval_config import PromotionConfig

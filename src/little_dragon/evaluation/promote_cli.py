@@ -9,7 +9,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("registry", help="model registry: the promotion gate")
     cmds = p.add_subparsers(dest="registry_command", required=True, metavar="CMD")
     r = cmds.add_parser("promote", help="move @champion to the evaluated candidate only when it is not worse")
-    r.add_argument("--eval", default="artifacts/eval/sft", help="the candidate's evaluation folder (dragon eval run)")
+    r.add_argument("--eval", action="append", default=None, metavar="DIR",
+                   help="a candidate's evaluation folder (dragon eval run; default artifacts/eval/sft); repeat it to "
+                        "gate several candidates in order, each against the champion the previous one left (the "
+                        "pipeline gates the SFT model, then the RL model trained from it)")
     r.add_argument("--model-name", help="registered model (default: project.model_name)")
     r.add_argument("--dry-run", action="store_true", help="decide and print, change nothing")
     r.add_argument("--decision", help="also write the decision here (JSON)")
@@ -24,20 +27,30 @@ def main(args: argparse.Namespace) -> int:
 
     cfg = load_section("promotion", overrides=parse_overrides(args.set) or None)
     name = args.model_name or load_section("project").model_name
-    def evaluate_champion(uri: str) -> None:
-        """The champion under the candidate's protocol: the same evaluation, into <eval>/../champion."""
-        from pathlib import Path
+    evals = args.eval or ["artifacts/eval/sft"]
+    decisions = []
+    for eval_dir in evals:
+        def evaluate_champion(uri: str, eval_dir: str = eval_dir) -> None:
+            """The champion under the candidate's protocol: the same evaluation, into <eval>/../champion."""
+            from pathlib import Path
 
-        from little_dragon.evaluation.cli import load_configs
-        from little_dragon.evaluation.stage import evaluate_model
+            from little_dragon.evaluation.cli import load_configs
+            from little_dragon.evaluation.stage import evaluate_model
 
-        summary = json.loads((Path(args.eval) / "summary.json").read_text())
-        ecfg, gen, ev, timing = load_configs(target=summary["target"])
-        evaluate_model(uri, Path(args.eval).parent / "champion", ecfg, gen, ev, timing, name="champion")
+            summary = json.loads((Path(eval_dir) / "summary.json").read_text())
+            ecfg, gen, ev, timing = load_configs(target=summary["target"])
+            evaluate_model(uri, Path(eval_dir).parent / "champion", ecfg, gen, ev, timing, name="champion")
 
-    d = promote(args.eval, name, cfg, dry_run=args.dry_run, evaluate_champion=evaluate_champion)
-    out = {"promoted": d.promoted, "candidate": d.candidate, "champion_before": d.champion, "reason": d.reason}
+        d = promote(eval_dir, name, cfg, dry_run=args.dry_run, evaluate_champion=evaluate_champion)
+        decisions.append({"eval": eval_dir, "promoted": d.promoted, "candidate": d.candidate,
+                          "champion_before": d.champion, "reason": d.reason, "evidence": d.evidence})
+        print(json.dumps({k: v for k, v in decisions[-1].items() if k != "evidence"}))
     if args.decision:
-        atomic.write_json(args.decision, {**out, "evidence": d.evidence}, indent=1, default=str)
-    print(json.dumps(out))
+        # one candidate: its decision (the metrics file's shape since the gate exists); several: all of them
+        out = decisions[0] if len(decisions) == 1 else {
+            "promoted": any(d["promoted"] for d in decisions),
+            "champion_after": next((d["candidate"] for d in reversed(decisions) if d["promoted"]),
+                                   decisions[0]["champion_before"]),
+            "decisions": decisions}
+        atomic.write_json(args.decision, out, indent=1, default=str)
     return 0
