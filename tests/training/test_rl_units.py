@@ -114,3 +114,22 @@ def test_reward_timing_override_changes_only_given_fields():
     t = reward_timing(RLConfig(reward_timing=RewardTimingConfig(repeat=3, min_repeat_ms=5)))
     assert (t.repeat, t.min_repeat_ms, t.number) == (3, 5, base.number)
     assert dataclasses.replace(t, repeat=base.repeat, min_repeat_ms=base.min_repeat_ms) == base
+
+
+def test_a_retrained_start_model_at_the_same_path_does_not_resume_the_old_checkpoint(tmp_path):
+    """SFT rewrites artifacts/sft/model in place: the RL resume fingerprint must change with its content (a
+    smoke run followed by a longer SFT resumed the old RL checkpoint: 'size mismatch for embed_tokens')."""
+    from little_dragon.training.rl import _fingerprint
+    from little_dragon.training.rl_config import RLConfig
+
+    model = tmp_path / "sft" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"vocab_size": 929}')
+    (model / "model.safetensors").write_bytes(b"\x00" * 64)
+    prompts = [{"workload_id": "w1", "task": "refinement", "start_script": "s"}]
+    cfg = RLConfig()
+    first = _fingerprint(cfg, str(model), prompts)
+    assert _fingerprint(cfg, str(model), prompts) == first  # same files: a killed run still resumes
+    (model / "model.safetensors").write_bytes(b"\x01" * 64)  # retrained weights, same path
+    assert _fingerprint(cfg, str(model), prompts) != first
+    assert _fingerprint(cfg, "models:/little-dragon/3", prompts) != _fingerprint(cfg, "models:/little-dragon/4", prompts)

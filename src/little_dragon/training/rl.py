@@ -216,10 +216,27 @@ def place_reward_devices(devices: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- stage
+def _model_identity(model: str) -> str:
+    """What the start model *is*, not only where: a local model folder by the content of its files (the SFT
+    stage rewrites artifacts/sft/model in place, so the path alone let a stale checkpoint of the previous SFT
+    model be resumed: 'size mismatch for model.embed_tokens.weight' when the tiny tokenizer changed, silently
+    the wrong weights when it did not); a registry URI or a name by itself."""
+    root = Path(model)
+    if not root.is_dir():
+        return model
+    h = hashlib.sha1()
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(f.relative_to(root).as_posix().encode() + b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return f"{model}#{h.hexdigest()[:16]}"
+
+
 def _fingerprint(cfg: RLConfig, model: str, prompts: list[dict[str, Any]]) -> str:
     keys = [cfg.target, cfg.screen_rollouts, cfg.screen_min_distinct, cfg.min_active_prompts, cfg.temperature,
-            cfg.max_completion_length, cfg.seed, cfg.reward_quantum, dataclasses.asdict(cfg.reward_timing), model,
-            [(p["workload_id"], p["task"], p["start_script"]) for p in prompts]]
+            cfg.max_completion_length, cfg.seed, cfg.reward_quantum, dataclasses.asdict(cfg.reward_timing),
+            _model_identity(model), [(p["workload_id"], p["task"], p["start_script"]) for p in prompts]]
     return hashlib.sha1(json.dumps(keys, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
