@@ -22,7 +22,7 @@ def main(argv: list[str]) -> int:
     project = Path(argv[0]).resolve()
     out = Path(argv[1] if len(argv) > 1 else "results/ui").resolve()
     sys.path.insert(0, str(project / "src"))
-    from little_dragon.ops.browser import rendered_dom, screenshot, ui_pages
+    from little_dragon.ops.browser import PAGE_SETTLE_S, check_page, decided_version, ui_pages
     from little_dragon.prefect_api import free_port
 
     pp, mp = free_port(), free_port()
@@ -50,14 +50,18 @@ def main(argv: list[str]) -> int:
         bad = {}
         from mlflow import MlflowClient
 
-        aliases = MlflowClient(tracking_uri=f"http://127.0.0.1:{mp}").get_registered_model("little-dragon").aliases
-        print(f"little-dragon aliases: {aliases or 'none'}")
+        client = MlflowClient(tracking_uri=f"http://127.0.0.1:{mp}")
+        aliases = client.get_registered_model("little-dragon").aliases
+        version = decided_version(client)
+        print(f"little-dragon aliases: {aliases or 'none'}; version shown: {version}")
         for name, (url, words) in ui_pages(f"http://127.0.0.1:{pp}", f"http://127.0.0.1:{mp}", project, dep,
-                                           runs[0], alias="champion" if "champion" in aliases else None).items():
-            lost = [w for w in words if w not in rendered_dom(url)]
+                                           runs[0], alias="champion" if "champion" in aliases else None,
+                                           version=version).items():
+            path = out / f"{name}.png"
+            # the picture is taken once the page shows its words
+            lost = check_page(url, words, path, timeout_s=180, settle_s=PAGE_SETTLE_S.get(name, 2.0))
             if lost:
                 bad[name] = lost
-            path = screenshot(url, out / f"{name}.png")
             print(f"{path}  {url}  {'ok' if not lost else f'MISSING {lost}'}")
         return 1 if bad else 0
     finally:
