@@ -355,6 +355,9 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
         for name in args.arms:
             log.info("arm %s (run %d/%d): %d prompts x %d attempts", name, rep + 1, args.repeat, len(rows), args.k)
             runs[name].append(_arm(name, model, tok, rows, args))
+            r = runs[name][-1]  # the timing now (a run cut short by a time limit still leaves it in the log)
+            log.info("%s: %s sampled tokens in %.1f s; %s", name, r.get("generated"), r["gen_s"],
+                     json.dumps({k: v for k, v in r.get("stats", {}).items() if k != "reasons"}))
     import statistics
 
     for name in args.arms:  # code too old to count sampled tokens: an arm that sampled the same scripts did

@@ -17,7 +17,11 @@
 #        MAX_NEW_TOKENS (1024), BATCH (sequences per generate call, 64), TEMPERATURE (0.7), RESAMPLES (2),
 #        ROWS (default artifacts/datasets/validation.jsonl), TARGET_FILTER (cuda: only rows of that target kind),
 #        ARMS (default "free syntax constrained"), EVALUATE (1).
-# Expected on one H200: ~1-2 min generation per arm + ~2-3 min evaluation of ~400 scripts: <= 8 min.
+# Expected on one H200 (estimate, not measured there): ~1 min setup (model, tensor intrinsics, the prompts'
+# workloads), ~1 min per free/syntax arm and ~2-3 min for the constrained arm (two generate calls of <= 1024
+# steps at batch 64, per-line TVM work ~5 ms a line, compiles overlapped), ~3-4 min evaluation: ~9-10 min
+# for the three default arms, at the device's 10-minute limit per call. Within one call: ARMS="free constrained"
+# (~7-8 min) or PROMPTS=16 (one generate call per arm, ~5-6 min). The log is written to $OUT as it goes.
 # CPU dry run (tiny model, llvm rows):
 #   PYTHON=.venv/bin/python OUT=/tmp/o PROMPTS=2 K=2 MAX_NEW_TOKENS=128 BATCH=4 TARGET_FILTER=llvm \
 #     bash scripts/device/constrained_ab.sh artifacts/sft
