@@ -91,3 +91,13 @@ def test_the_version_shown_is_the_champion_else_the_newest_the_gate_decided_on()
     assert "champion" in pages["mlflow-registered-model"][1]
     assert "mlflow-model-version" not in ui_pages("http://p", "http://m", "/proj", {"id": "d", "name": "dep"},
                                                   {"id": "r", "name": "run"})
+
+
+def test_the_prefect_ui_calls_the_api_on_the_port_its_server_runs_on():
+    """`dragon services up --set prefect_port=N` (and the deployment test's free ports): the UI must call
+    http://127.0.0.1:N/api, not Prefect's default :4200 ("Can't connect to Server API", empty pages)."""
+    from little_dragon.ops.services import prefect_server_env
+
+    env = prefect_server_env({"PATH": "/bin"}, 54401)
+    assert env["PREFECT_UI_API_URL"] == "http://127.0.0.1:54401/api"
+    assert env["PREFECT_SERVER_API_PORT"] == "54401" and env["PATH"] == "/bin"

@@ -67,6 +67,15 @@ def tracking_store(root: Path = PROJECT_ROOT) -> tuple[str, str]:
     return uri, (Path(root) / "mlartifacts").as_uri()
 
 
+def prefect_server_env(env: dict[str, str], port: int) -> dict[str, str]:
+    """The Prefect server's environment: its UI must call the API on *this* port. Without PREFECT_UI_API_URL the
+    UI (``/ui-settings``) pointed at the default http://127.0.0.1:4200/api whatever ``--port`` said, so a server
+    on another port (``--set prefect_port=...``, the tests' free ports) showed "Can't connect to Server API"
+    and empty pages: the Prefect-page check the deployment test had marked xfail."""
+    return {**env, "PREFECT_UI_API_URL": f"http://{HOST}:{port}/api", "PREFECT_SERVER_API_HOST": HOST,
+            "PREFECT_SERVER_API_PORT": str(port)}
+
+
 def start_services(cfg: RetrainingConfig, root: Path = PROJECT_ROOT, serve_deployment: bool = True,
                    profile: str | None = None, timeout_s: float = 240.0) -> tuple[Services, dict[str, Any]]:
     """Start the servers (and the served deployment), wait until each answers; returns (services, procs)."""
@@ -86,7 +95,8 @@ def start_services(cfg: RetrainingConfig, root: Path = PROJECT_ROOT, serve_deplo
     try:
         log.info("starting the Prefect server on %s (log: %s)", prefect_url, logs / "prefect.log")
         procs["prefect"] = spawn([sys.executable, "-m", "prefect", "server", "start", "--host", HOST,
-                                  "--port", str(cfg.prefect_port)], env=env, cwd=root, log_path=logs / "prefect.log")
+                                  "--port", str(cfg.prefect_port)], env=prefect_server_env(env, cfg.prefect_port),
+                                 cwd=root, log_path=logs / "prefect.log")
         store, artifacts = tracking_store(root)
         log.info("starting the MLflow server on %s over %s (log: %s)", mlflow_url, store, logs / "mlflow.log")
         procs["mlflow"] = spawn([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store,
