@@ -3,11 +3,15 @@
 IntImm and FloatImm become Python numbers, except that a boolean IntImm stays a boolean, and plain
 booleans become integers: the database writes ``Split``'s ``[true, false]`` attributes as ``[1, 0]`` but a
 ``T.bool(True)`` (``Blockize``, ``Tensorize``, ``TransformLayout``) as ``true``.  So a trace has one JSON
-form whether it comes from a live ``Trace`` or from ``database_tuning_record.json``."""
+form whether it comes from a live ``Trace`` or from ``database_tuning_record.json``.
+
+An IndexMap inside a trace is a string holding TVM's serialized graph, in one of two spellings: the
+database's indented JSON (``{\n  "root_index": ...``) or a live trace's compact one (``{"root_index":...``).
+``index_maps_parsed`` and ``index_maps_indented`` turn either spelling into one form."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 
 def canonical_json(obj: Any, bools_as_int: bool = True) -> Any:
@@ -56,3 +60,35 @@ def first_difference(a: Any, b: Any) -> str:
         if dumps(x) != dumps(y):
             return f"decision {i}: expected {dumps(x)} got {dumps(y)}"
     return "traces differ in structure"
+
+
+def is_index_map(x: Any) -> bool:
+    """Is ``x`` a serialized IndexMap, in either spelling (database-indented or live-compact JSON)?"""
+    return isinstance(x, str) and x.startswith("{") and '"root_index"' in x
+
+
+def map_index_maps(x: Any, fn: Callable[[str], Any]) -> Any:
+    """``x`` (instruction JSON: nested lists) with every serialized IndexMap string replaced by ``fn(it)``."""
+    if is_index_map(x):
+        return fn(x)
+    if isinstance(x, list):
+        return [map_index_maps(y, fn) for y in x]
+    return x
+
+
+def _parsed(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def index_maps_parsed(x: Any) -> Any:
+    """Instruction JSON with embedded IndexMaps parsed (an unreadable one stays text): both spellings of a
+    map compare equal."""
+    return map_index_maps(x, _parsed)
+
+
+def index_maps_indented(x: Any) -> Any:
+    """Instruction JSON with embedded IndexMaps in the database's indented spelling (2 spaces)."""
+    return map_index_maps(x, lambda text: json.dumps(json.loads(text), indent=2))

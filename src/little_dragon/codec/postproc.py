@@ -18,22 +18,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from little_dragon.codec.canonical import canonical_json, dumps
+from little_dragon.codec.canonical import canonical_json, dumps, index_maps_indented
 from little_dragon.codec.errors import ApplyError
 from little_dragon.tvmx.postprocs import needs_tensor_intrinsics  # noqa: F401  (re-exported: codec API)
 
 
 class DeriveError(Exception):
     """The script before ``post *`` does not apply, or a post-processor rejects the schedule."""
-
-
-def _pretty_maps(x: Any) -> Any:
-    """Serialized IndexMaps in the database's indented form (a live trace holds compact ones)."""
-    if isinstance(x, str) and x.startswith('{"root_index"'):
-        return json.dumps(json.loads(x), indent=2)
-    if isinstance(x, list):
-        return [_pretty_maps(y) for y in x]
-    return x
 
 
 class PostprocContext:
@@ -88,7 +79,8 @@ class PostprocContext:
         k = len(pre_json[0])
         if len(got[0]) <= k or got[0][k][0] != "EnterPostproc":
             raise DeriveError("internal: the derived trace does not continue the script")
-        return [list(pre_json[0]) + _pretty_maps(got[0][k:]),
+        # a live trace holds compact IndexMaps: written in the database's indented spelling
+        return [list(pre_json[0]) + index_maps_indented(got[0][k:]),
                 list(pre_json[1]) + [d for d in got[1] if d[0] >= k]]
 
     def reproduces(self, pre_json: list, full_json: Any) -> bool:

@@ -85,21 +85,6 @@ def empty_script_code_hash(mod: Any, procs: list, target: Any) -> str | None:
         return None
 
 
-def _normal(x: Any) -> Any:
-    """Instruction JSON with embedded IndexMaps parsed: the database writes them indented, a live trace
-    compactly, and both are the same map."""
-    import json
-
-    if isinstance(x, str) and x.startswith("{") and '"root_index"' in x:
-        try:
-            return json.loads(x)
-        except ValueError:
-            return x
-    if isinstance(x, list):
-        return [_normal(y) for y in x]
-    return x
-
-
 def _line_of(index: int, lines: list[int] | None) -> str:
     if not lines:
         return f"instruction {index}"
@@ -115,14 +100,14 @@ def _check_written_post(sch: Any, mod: Any, trace_json: list, pre_len: int, writ
     import tvm_ffi
     from tvm.s_tir import Schedule, Trace
 
-    from little_dragon.codec.canonical import canonical_json, dumps
+    from little_dragon.codec.canonical import canonical_json, dumps, index_maps_parsed
 
     derived = canonical_json(sch.trace.as_json(remove_postproc=False))[0][pre_len:]
     first = None
     for i in range(max(len(derived), len(written))):
         d = derived[i] if i < len(derived) else None
         w = written[i] if i < len(written) else None
-        if d is None or w is None or _normal(d) != _normal(w):
+        if d is None or w is None or index_maps_parsed(d) != index_maps_parsed(w):
             first = (i, d, w)
             break
     if first is None:
