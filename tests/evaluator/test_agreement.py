@@ -115,6 +115,18 @@ def test_a_run_with_the_same_journal_resumes(agree_cfg, timing_cfg, tmp_path):
     assert agreement.read_journal(journal, "full") == {}
 
 
+def test_a_torn_journal_is_told_by_its_last_byte(tmp_path):
+    """``ends_inside_a_line``: missing or empty is not torn; a last byte other than a newline is."""
+    journal = tmp_path / "records.jsonl"
+    assert not agreement.ends_inside_a_line(journal)
+    journal.write_text("")
+    assert not agreement.ends_inside_a_line(journal)
+    journal.write_text('{"key": 1}\n')
+    assert not agreement.ends_inside_a_line(journal)
+    journal.write_text('{"key": 1}\n{"key": ["torn')
+    assert agreement.ends_inside_a_line(journal)
+
+
 def test_tensor_intrinsics_register_with_the_light_stack():
     """import_tensor_intrinsics registers the wmma intrinsics (the tensor-core records above need them) and
     leaves inspect.stack as it was."""

@@ -206,6 +206,16 @@ def _record_key(r: ValidRecord) -> list:
     return [r.source, r.workload_id, r.trial]
 
 
+def ends_inside_a_line(path: Path) -> bool:
+    """Does ``path`` end in a torn line (a kill mid-write)?  Reads its last byte only; False when it is
+    missing or empty."""
+    if not path.exists() or not path.stat().st_size:
+        return False
+    with path.open("rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"
+
+
 def read_journal(path: Path, form: str) -> dict[tuple, dict]:
     """Judged records of an earlier run (``records.jsonl``) for ``form`` and this evaluator version, by
     record key; a torn last line (killed mid-write) is ignored."""
@@ -310,7 +320,7 @@ def check_agreement(records: list[ValidRecord], *, form: str = "post", stop_afte
                     _count(rep, row, passed, ratios)
                 if journal is not None:
                     journal.parent.mkdir(parents=True, exist_ok=True)
-                    torn = journal.exists() and journal.stat().st_size and not journal.read_bytes().endswith(b"\n")
+                    torn = ends_inside_a_line(journal)
                     with journal.open("a") as f:        # whole lines, flushed: a kill tears at most the last
                         f.write("\n" if torn else "")
                         f.write("".join(json.dumps(row, default=str) + "\n" for row in rows))
