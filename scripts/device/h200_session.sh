@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# One H200 machine session, call by call (docs/gpu.md "Session 6"): SmolLM2-135M SFT on the CUDA split, the
+# generation-speed benchmark, the CUDA sealed evaluation (issue 13) and the constrained A/B (issue 16).
+# Every step runs from a `git archive` snapshot unpacked under /opt/ld/snap (so a half-edited work tree never
+# reaches the device) and sends its results back through $OUT.
+#
+# Here, before the first call (scripts/device/h200_prepare.sh does all of it):
+#   ../shared/device/pack-tvm --training --extra pebble==5.2.3 lark==1.3.1     # .devcarry/tvm-a, tvm-b
+#   llguidance's abi3 wheel into .devcarry/tvm-b/extra; xgboost's wheel out (nothing tunes on the device);
+#   the CUDA split (`dragon datasets build` on data/harvest alone) + the slim harvest, the snapshot and the
+#   SmolLM2 GGUF in three parts: .devcarry/c1, c2, c3.
+# Calls (each starts with `bash .devcarry/c<N>/h200_session.sh STEP` or the snapshot's copy of this script):
+#   1 carry [.devcarry/tvm-a, .devcarry/c1]            stage     park TVM part 0 + GGUF part 1
+#   2 carry [.devcarry/tvm-b, .devcarry/c2]            install   TVM + wheels, snapshot, data, GGUF part 2
+#   3 carry [.devcarry/c3]                             sft bench GGUF part 3, SFT (writes /opt/ld/sft), speed
+#   4 (nothing carried)                                eval      sealed CUDA evaluation
+#   5 (nothing carried)                                ab        constrained vs free A/B
+#
+# Usage: bash h200_session.sh STEP [STEP ...]   (steps run in order; env OUT as the device tool sets it)
+# CPU dry run of a step (tiny model, no TVM install): LD_ROOT=/tmp/ld PYTHON=.venv/bin/python ... (see the
+# header of each script it calls).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+ROOT=${LD_ROOT:-/opt/ld}
+SNAP=$ROOT/snap
+PY=${PYTHON:-python3}
+OUT=${OUT:-/tmp/ld_out}
+SFT_DIR=$ROOT/sft
+mkdir -p "$ROOT" "$OUT"
+export HF_HUB_OFFLINE=1 MLFLOW_ENABLE_TELEMETRY=false DO_NOT_TRACK=true DRAGON_NO_MLFLOW=1
+log() { echo "[$(date +%H:%M:%S)] $*"; }
+
+env_tvm() { [ -f "$ROOT/env.sh" ] && . "$ROOT/env.sh"; export PYTHONPATH="$SNAP/src${PYTHONPATH:+:$PYTHONPATH}"; }
+
+step_stage() {
+  mkdir -p "$ROOT/gguf"
+  cp "$here"/gguf.part-* "$ROOT/gguf/"
+  log "staged: $(ls "$ROOT/gguf")"
+}
+
+step_install() {
+  mkdir -p "$ROOT/gguf" "$SNAP"
+  cp "$here"/gguf.part-* "$ROOT/gguf/"
+  tar -xJf "$here/snap.tar.xz" -C "$SNAP"
+  tar -xJf "$here/cudads.tar.xz" -C "$ROOT"
+  # the CUDA split where the stage CLIs look for it, the slim harvest where the MetaSchedule baselines do
+  mkdir -p "$SNAP/artifacts" "$SNAP/data"
+  rm -rf "$SNAP/artifacts/datasets" "$SNAP/artifacts/sealed" "$SNAP/data/harvest"
+  ln -s "$ROOT/cudads/datasets" "$SNAP/artifacts/datasets"
+  ln -s "$ROOT/cudads/sealed" "$SNAP/artifacts/sealed"
+  ln -s "$ROOT/slim/data/harvest" "$SNAP/data/harvest"
+  if [ -n "${TVM_B:-}" ]; then bash "$TVM_B/install.sh"; fi
+  env_tvm
+  "$PY" -c "import tvm, llguidance, trl, deepspeed; print('tvm', tvm.__version__, 'cuda', tvm.cuda(0).exist, \
+'llguidance', llguidance.__version__, 'trl', trl.__version__)"
+  log "installed; snapshot $(cat "$SNAP/COMMIT" 2>/dev/null || echo '?')"
+}
+
+gguf_path() {
+  local g=$ROOT/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
+  if [ ! -f "$g" ]; then
+    cat "$ROOT"/gguf/gguf.part-* > "$g.tmp"
+    echo "$(cat "$here/gguf.sha256" 2>/dev/null || cat "$ROOT/gguf/gguf.sha256")  $g.tmp" | sha256sum -c - >&2
+    mv "$g.tmp" "$g"
+  fi
+  echo "$g"
+}
+
+step_sft() {
+  [ -f "$here/gguf.sha256" ] && cp "$here/gguf.sha256" "$ROOT/gguf/"
+  [ -d "$here" ] && cp "$here"/gguf.part-* "$ROOT/gguf/" 2>/dev/null || true
+  local g; g=$(gguf_path)
+  env_tvm; cd "$SNAP"
+  # no validity passes inside SFT (the sealed evaluation measures correctness right after), more steps instead
+  GGUF=$g OUT="$OUT" RUN_DIR=$SFT_DIR timeout "${SFT_BOX:-420}" bash scripts/gpu_sft.sh 1 \
+    --set max_steps="${SFT_STEPS:-250}" --set validity_samples=0 --set final_validity_samples=0 \
+    --set final_greedy_validity=false --set eval_steps=100000 ${SFT_EXTRA:-}
+  ls "$SFT_DIR/out/model/config.json" >/dev/null
+  log "sft done: $SFT_DIR/out"
+}
+
+step_bench() {
+  env_tvm; cd "$SNAP"
+  timeout "${BENCH_BOX:-200}" "$PY" benchmarks/generation_speed.py --model "$SFT_DIR/out" \
+    --rows artifacts/datasets/train.jsonl --prompts "${BENCH_PROMPTS:-100}" --attempts "${BENCH_ATTEMPTS:-8}" --batch-sizes ${BENCH_BATCHES:-800 400} \
+    --caches ${BENCH_CACHES:-dynamic} --max-new-tokens "${BENCH_TOKENS:-1024}" --json "$OUT/generation_speed_h200.json" \
+    || log "bench: stopped (rows measured so far are in $OUT/generation_speed_h200.json)"
+}
+
+step_eval() {
+  env_tvm; cd "$SNAP"
+  OUT="$OUT" ATTEMPTS="${ATTEMPTS:-8}" MAX_PROMPTS="${MAX_PROMPTS:-8}" BATCH="${BATCH:-512}" SKIP_BENCH=1 \
+    RUN_DIR=$ROOT/eval_sealed timeout "${EVAL_BOX:-540}" bash scripts/device/eval_sealed.sh "$SFT_DIR/out"
+}
+
+step_ab() {
+  env_tvm; cd "$SNAP"
+  OUT="$OUT" PROMPTS="${AB_PROMPTS:-16}" K="${AB_K:-4}" ARMS="${AB_ARMS:-free constrained}" \
+    timeout "${AB_BOX:-540}" bash scripts/device/constrained_ab.sh "$SFT_DIR/out" \
+    || log "ab: stopped (arms measured so far are in $OUT)"
+}
+
+[ $# -gt 0 ] || { echo "usage: h200_session.sh STEP [STEP ...] (stage install sft bench eval ab)" >&2; exit 2; }
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
+for s in "$@"; do
+  t0=$(date +%s); log "step $s"
+  "step_$s"
+  log "step $s: $(( $(date +%s) - t0 )) s"
+done
