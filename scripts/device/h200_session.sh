@@ -13,8 +13,8 @@
 #   1 carry [.devcarry/tvm-a, .devcarry/c1]            stage     park TVM part 0 + GGUF part 1
 #   2 carry [.devcarry/tvm-b, .devcarry/c2]            install   TVM + wheels, snapshot, data, GGUF part 2
 #   3 carry [.devcarry/c3]                             sft bench GGUF part 3, SFT (writes /opt/ld/sft), speed
-#   4 (nothing carried)                                eval      sealed CUDA evaluation
-#   5 (nothing carried)                                ab        constrained vs free A/B
+#   4 (nothing carried)                                eval      sealed CUDA evaluation  (bash /opt/ld/h200_session.sh eval)
+#   5 (nothing carried)                                ab        constrained vs free A/B (bash /opt/ld/h200_session.sh ab)
 #
 # Usage: bash h200_session.sh STEP [STEP ...]   (steps run in order; env OUT as the device tool sets it)
 # CPU dry run of a step (tiny model, no TVM install): LD_ROOT=/tmp/ld PYTHON=.venv/bin/python ... (see the
@@ -42,6 +42,7 @@ step_install() {
   mkdir -p "$ROOT/gguf" "$SNAP"
   cp "$here"/gguf.part-* "$ROOT/gguf/"
   tar -xJf "$here/snap.tar.xz" -C "$SNAP"
+  cp "$here/h200_session.sh" "$ROOT/h200_session.sh"   # calls 4 and 5 carry nothing: bash /opt/ld/h200_session.sh STEP
   tar -xJf "$here/cudads.tar.xz" -C "$ROOT"
   # the CUDA split where the stage CLIs look for it, the slim harvest where the MetaSchedule baselines do
   mkdir -p "$SNAP/artifacts" "$SNAP/data"
