@@ -11,7 +11,6 @@ import math
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from little_dragon.quality.config import QualityConfig
 from little_dragon.quality.drift import DriftData
@@ -61,40 +60,18 @@ def expectations(data: DriftData, cfg: DriftConfig) -> dict[str, list[Any]]:
 
 def run_drift_suite(data: DriftData, cfg: DriftConfig, qc: QualityConfig) -> Any:
     """Validate the batch tables; Data Docs under ``<quality.data_docs_dir>/drift``. A ``gate.SuiteResult``."""
-    import great_expectations as gx
+    from little_dragon.quality.gate import SuiteResult, open_site, outcomes_of, run_checkpoint
 
-    from little_dragon.quality.gate import ROW_ID, SuiteResult, _batch_definition, _ensure_site, _outcomes, \
-        get_context
-
-    ctx = get_context(qc)
-    docs_index = _ensure_site(ctx, qc, SUITE)
+    ctx, docs_index = open_site(qc, SUITE)
     frames = {"drift_workloads": data.batch, "drift_candidates": data.batch_records}
     outcomes = []
     for table, exps in expectations(data, cfg).items():
         if not exps:
             continue
-        df: pd.DataFrame = frames[table].reset_index(drop=True)
-        gsuite = gx.ExpectationSuite(name=table)
-        for exp in exps:
-            gsuite.add_expectation(exp)
-        gsuite = ctx.suites.add_or_update(gsuite)
-        vd = ctx.validation_definitions.add_or_update(
-            gx.ValidationDefinition(name=table, data=_batch_definition(ctx, table), suite=gsuite))
-        checkpoint = ctx.checkpoints.add_or_update(gx.Checkpoint(
-            name=f"{SUITE}-{table}", validation_definitions=[vd],
-            actions=[gx.checkpoint.UpdateDataDocsAction(name="data-docs", site_names=[SUITE])],
-            result_format={"result_format": "COMPLETE", "unexpected_index_column_names": [ROW_ID]}))
-        result = checkpoint.run(batch_parameters={"dataframe": df})
-        for validation in result.run_results.values():
-            for r in validation.results:
-                outcomes.extend(_with_observed(_outcomes(table, _Single(r)), r))
+        for r in run_checkpoint(ctx, SUITE, table, exps, frames[table]):
+            outcomes.extend(_with_observed(outcomes_of(table, [r]), r))
     rows = {t: len(f) for t, f in frames.items()}
     return SuiteResult(SUITE, all(o.success for o in outcomes), outcomes, rows, docs_index)
-
-
-class _Single:  # adapts one expectation result to gate._outcomes' validation-like argument
-    def __init__(self, r: Any) -> None:
-        self.results = [r]
 
 
 def _with_observed(outcomes: list[Any], r: Any) -> list[Any]:

@@ -127,9 +127,10 @@ def _batch_definition(ctx: Any, table: str) -> Any:
         return asset.add_batch_definition_whole_dataframe("whole")
 
 
-def _outcomes(table: str, validation: Any) -> list[ExpectationOutcome]:
+def outcomes_of(table: str, results: list) -> list[ExpectationOutcome]:
+    """One ``ExpectationOutcome`` per GX expectation result of ``table``, offending rows named by ``row_id``."""
     out = []
-    for r in validation.results:
+    for r in results:
         res = r.result or {}
         cfg = r.expectation_config
         idx = res.get("unexpected_index_list") or []
@@ -143,30 +144,41 @@ def _outcomes(table: str, validation: Any) -> list[ExpectationOutcome]:
     return out
 
 
-def run_suite(suite: str, frames: dict[str, pd.DataFrame], ds: DatasetsConfig, qc: QualityConfig) -> SuiteResult:
-    """Validate each table of ``suite`` with its expectations; Data Docs are rebuilt in any case."""
+def open_site(qc: QualityConfig, site: str) -> tuple[Any, Path]:
+    """The GX context and the index page of Data Docs site ``site`` (created or updated)."""
+    ctx = get_context(qc)
+    return ctx, _ensure_site(ctx, qc, site)
+
+
+def run_checkpoint(ctx: Any, site: str, table: str, expectations: list[Any], df: pd.DataFrame) -> list:
+    """Validate ``df`` as ``table`` against ``expectations`` through the GX checkpoint ``<site>-<table>``
+    (suite, validation definition and checkpoint rewritten from code), which updates Data Docs site
+    ``site``; GX's expectation results, in order."""
     import great_expectations as gx
 
+    gsuite = gx.ExpectationSuite(name=table)
+    for exp in expectations:
+        gsuite.add_expectation(exp)
+    gsuite = ctx.suites.add_or_update(gsuite)
+    vd = ctx.validation_definitions.add_or_update(
+        gx.ValidationDefinition(name=table, data=_batch_definition(ctx, table), suite=gsuite))
+    checkpoint = ctx.checkpoints.add_or_update(gx.Checkpoint(
+        name=f"{site}-{table}", validation_definitions=[vd],
+        actions=[gx.checkpoint.UpdateDataDocsAction(name="data-docs", site_names=[site])],
+        result_format={"result_format": "COMPLETE", "unexpected_index_column_names": [ROW_ID]}))
+    result = checkpoint.run(batch_parameters={"dataframe": df.reset_index(drop=True)})
+    return [r for validation in result.run_results.values() for r in validation.results]
+
+
+def run_suite(suite: str, frames: dict[str, pd.DataFrame], ds: DatasetsConfig, qc: QualityConfig) -> SuiteResult:
+    """Validate each table of ``suite`` with its expectations; Data Docs are rebuilt in any case."""
     if suite not in SUITES:
         raise ValueError(f"unknown quality suite {suite!r}; known: {sorted(SUITES)}")
-    ctx = get_context(qc)
-    docs_index = _ensure_site(ctx, qc, suite)
+    ctx, docs_index = open_site(qc, suite)
     outcomes: list[ExpectationOutcome] = []
     for table in SUITES[suite]:
-        df = frames[table].reset_index(drop=True)
-        gsuite = gx.ExpectationSuite(name=table)
-        for exp in EXPECTATIONS[table](ds, qc):
-            gsuite.add_expectation(exp)
-        gsuite = ctx.suites.add_or_update(gsuite)
-        vd = ctx.validation_definitions.add_or_update(
-            gx.ValidationDefinition(name=table, data=_batch_definition(ctx, table), suite=gsuite))
-        checkpoint = ctx.checkpoints.add_or_update(gx.Checkpoint(
-            name=f"{suite}-{table}", validation_definitions=[vd],
-            actions=[gx.checkpoint.UpdateDataDocsAction(name="data-docs", site_names=[suite])],
-            result_format={"result_format": "COMPLETE", "unexpected_index_column_names": [ROW_ID]}))
-        result = checkpoint.run(batch_parameters={"dataframe": df})
-        for validation in result.run_results.values():
-            outcomes.extend(_outcomes(table, validation))
+        outcomes.extend(outcomes_of(table, run_checkpoint(ctx, suite, table, EXPECTATIONS[table](ds, qc),
+                                                          frames[table])))
     rows = {t: len(frames[t]) for t in SUITES[suite]}
     return SuiteResult(suite, all(o.success for o in outcomes), outcomes, rows, docs_index)
 
