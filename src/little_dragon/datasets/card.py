@@ -24,6 +24,14 @@ def _plt():
     return plt
 
 
+def _save(plt: Any, fig: Any, dest: Path) -> None:
+    """Lay ``fig`` out, write it to ``dest`` as PNG (atomically), close it."""
+    fig.tight_layout()
+    with atomic.atomic_path(dest) as tmp:
+        fig.savefig(tmp, format="png", dpi=90)
+    plt.close(fig)
+
+
 def plot_counts(ex: pd.DataFrame, dest: Path) -> None:
     plt = _plt()
     table = ex.groupby(["family", "task"]).size().unstack(fill_value=0) if len(ex) else pd.DataFrame()
@@ -32,10 +40,7 @@ def plot_counts(ex: pd.DataFrame, dest: Path) -> None:
         table.plot.barh(ax=ax, stacked=True)
     ax.set_xlabel("examples (all splits)")
     ax.set_title("Examples by family and task")
-    fig.tight_layout()
-    with atomic.atomic_path(dest) as tmp:
-        fig.savefig(tmp, format="png", dpi=90)
-    plt.close(fig)
+    _save(plt, fig, dest)
 
 
 def plot_lengths(ex: pd.DataFrame, context: int, dest: Path) -> None:
@@ -49,10 +54,7 @@ def plot_lengths(ex: pd.DataFrame, context: int, dest: Path) -> None:
         ax.set_ylabel("examples")
         ax.legend(fontsize=8)
     fig.suptitle("Token lengths")
-    fig.tight_layout()
-    with atomic.atomic_path(dest) as tmp:
-        fig.savefig(tmp, format="png", dpi=90)
-    plt.close(fig)
+    _save(plt, fig, dest)
 
 
 def plot_speedups(ex: pd.DataFrame, min_speedup: float, dest: Path) -> None:
@@ -75,10 +77,7 @@ def plot_speedups(ex: pd.DataFrame, min_speedup: float, dest: Path) -> None:
     axes[1].set_title("Construction: speedup over the baseline")
     for ax in axes:
         ax.set_ylabel("examples")
-    fig.tight_layout()
-    with atomic.atomic_path(dest) as tmp:
-        fig.savefig(tmp, format="png", dpi=90)
-    plt.close(fig)
+    _save(plt, fig, dest)
 
 
 def _frame_table(df: pd.DataFrame) -> str:
