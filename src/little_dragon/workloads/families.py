@@ -46,16 +46,27 @@ def family(name: str, dtypes: tuple[str, ...], params: str, flops: Callable[[dic
     return register
 
 
-def build_tensors(fam: str, shapes: dict[str, Any], dtype: str) -> list[Any]:
-    f = FAMILIES.get(fam)
+def family_of(name: str) -> Family:
+    """The registered family ``name``; a SpecError naming the known ones otherwise."""
+    f = FAMILIES.get(name)
     if f is None:
-        raise SpecError(f"unknown family {fam!r}; known: {sorted(FAMILIES)}")
-    if dtype not in f.dtypes:
-        raise SpecError(f"family {fam} has no {dtype} variant (has {list(f.dtypes)})")
+        raise SpecError(f"unknown family {name!r}; known: {sorted(FAMILIES)}")
+    return f
+
+
+def check_shape_params(f: Family, shapes: dict[str, Any], where: str = "") -> None:
+    """A SpecError (prefixed by ``where``) unless ``shapes`` names exactly the family's shape parameters."""
     missing = [p for p in f.params if p not in shapes]
     extra = sorted(set(shapes) - set(f.params))
     if missing or extra:
-        raise SpecError(f"family {fam}: shape parameters missing {missing}, unknown {extra}")
+        raise SpecError(f"{where}family {f.name}: shape parameters missing {missing}, unknown {extra}")
+
+
+def build_tensors(fam: str, shapes: dict[str, Any], dtype: str) -> list[Any]:
+    f = family_of(fam)
+    if dtype not in f.dtypes:
+        raise SpecError(f"family {fam} has no {dtype} variant (has {list(f.dtypes)})")
+    check_shape_params(f, shapes)
     if not f.accepts(shapes, dtype):
         raise SpecError(f"family {fam} has no {dtype} variant for {shapes}")
     return f.build(shapes, dtype)

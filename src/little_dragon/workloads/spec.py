@@ -5,7 +5,7 @@ import dataclasses
 import json
 from typing import Any
 
-from little_dragon.workloads.families import FAMILIES, SpecError, build_tensors
+from little_dragon.workloads.families import FAMILIES, build_tensors, check_shape_params, family_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,13 +17,8 @@ class WorkloadSpec:
 
     @classmethod
     def of(cls, family: str, dtype: str, shapes: dict[str, Any], source: str) -> "WorkloadSpec":
-        fam = FAMILIES.get(family)
-        if fam is None:
-            raise SpecError(f"unknown family {family!r}; known: {sorted(FAMILIES)}")
-        missing = [p for p in fam.params if p not in shapes]
-        extra = sorted(set(shapes) - set(fam.params))
-        if missing or extra:
-            raise SpecError(f"{source}: family {family}: shape parameters missing {missing}, unknown {extra}")
+        fam = family_of(family)
+        check_shape_params(fam, shapes, where=f"{source}: ")
         return cls(family, dtype, tuple((p, shapes[p]) for p in fam.params), source)
 
     @property
