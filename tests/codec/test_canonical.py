@@ -26,3 +26,16 @@ def test_parsed_makes_both_spellings_equal_and_leaves_the_rest():
 def test_indented_writes_the_database_spelling():
     assert index_maps_indented([["A", [COMPACT], "x"]]) == [["A", [INDENTED], "x"]]
     assert index_maps_indented([INDENTED]) == [INDENTED]
+
+
+def test_first_mismatch_and_first_difference():
+    from little_dragon.codec.canonical import first_difference, first_mismatch
+
+    assert first_mismatch([1, [2]], [1, [2]]) is None
+    assert first_mismatch([1, 2], [1]) == (1, 2, None)
+    assert first_mismatch([INDENTED], [COMPACT]) == (0, INDENTED, COMPACT)
+    assert first_mismatch([INDENTED], [COMPACT], lambda a, b: index_maps_parsed(a) == index_maps_parsed(b)) is None
+    a = [[["Split", [], [], []]], [[0, 1]]]
+    assert first_difference(a, a) == ""
+    assert first_difference(a, [[["Fuse", [], [], []]], [[0, 1]]]).startswith("instruction 0: expected [\"Split\"")
+    assert first_difference(a, [a[0], [[0, 2]]]) == "decision 0: expected [0,1] got [0,2]"

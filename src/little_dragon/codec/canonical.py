@@ -43,24 +43,31 @@ def dumps(trace_json: Any) -> str:
     return json.dumps(trace_json, separators=(",", ":"))
 
 
+def first_mismatch(xs: list, ys: list, same: Callable[[Any, Any], bool] | None = None
+                   ) -> tuple[int, Any, Any] | None:
+    """``(i, x, y)`` at the first index where two lists differ (``None`` stands past the end of the shorter
+    one), by ``same`` (default: equal ``dumps``); None when they do not."""
+    for i in range(max(len(xs), len(ys))):
+        x = xs[i] if i < len(xs) else None
+        y = ys[i] if i < len(ys) else None
+        if not (same(x, y) if same is not None else dumps(x) == dumps(y)):
+            return i, x, y
+    return None
+
+
 def first_difference(a: Any, b: Any) -> str:
     """Describe where two trace JSONs first differ (instruction index and both versions)."""
     if dumps(a) == dumps(b):
         return ""
-    ia, ib = (a[0] if a else []), (b[0] if b else [])
-    for i in range(max(len(ia), len(ib))):
-        x = ia[i] if i < len(ia) else None
-        y = ib[i] if i < len(ib) else None
-        if dumps(x) != dumps(y):
-            return f"instruction {i}: expected {dumps(x)[:300]} got {dumps(y)[:300]}"
-    da, db = (a[1] if len(a) > 1 else []), (b[1] if len(b) > 1 else [])
-    for i in range(max(len(da), len(db))):
-        x = da[i] if i < len(da) else None
-        y = db[i] if i < len(db) else None
-        if dumps(x) != dumps(y):
-            return f"decision {i}: expected {dumps(x)} got {dumps(y)}"
+    hit = first_mismatch((a[0] if a else []), (b[0] if b else []))
+    if hit is not None:
+        i, x, y = hit
+        return f"instruction {i}: expected {dumps(x)[:300]} got {dumps(y)[:300]}"
+    hit = first_mismatch((a[1] if len(a) > 1 else []), (b[1] if len(b) > 1 else []))
+    if hit is not None:
+        i, x, y = hit
+        return f"decision {i}: expected {dumps(x)} got {dumps(y)}"
     return "traces differ in structure"
-
 
 def is_index_map(x: Any) -> bool:
     """Is ``x`` a serialized IndexMap, in either spelling (database-indented or live-compact JSON)?"""

@@ -100,16 +100,11 @@ def _check_written_post(sch: Any, mod: Any, trace_json: list, pre_len: int, writ
     import tvm_ffi
     from tvm.s_tir import Schedule, Trace
 
-    from little_dragon.codec.canonical import canonical_json, dumps, index_maps_parsed
+    from little_dragon.codec.canonical import canonical_json, dumps, first_mismatch, index_maps_parsed
 
     derived = canonical_json(sch.trace.as_json(remove_postproc=False))[0][pre_len:]
-    first = None
-    for i in range(max(len(derived), len(written))):
-        d = derived[i] if i < len(derived) else None
-        w = written[i] if i < len(written) else None
-        if d is None or w is None or index_maps_parsed(d) != index_maps_parsed(w):
-            first = (i, d, w)
-            break
+    first = first_mismatch(derived, written, lambda d, w: d is not None and w is not None
+                           and index_maps_parsed(d) == index_maps_parsed(w))
     if first is None:
         return
     if len(derived) == len(written):
