@@ -451,6 +451,28 @@ def _is_derived_post(node: Any) -> bool:
     return node.data == BY_KIND["EnterPostproc"].rule and bool(node.children)
 
 
+def decode_line(dec: _Decoder, node: Any, insts: list, decisions: list) -> int:
+    """Append the instructions of one parsed line (not ``post *``) to ``insts``/``decisions`` (trace JSON
+    so far, which ``reorder *`` reads) on ``dec``'s names; returns how many it appended.  The one copy of
+    the per-line step: ``decode_with_lines`` runs it over a whole script, constrained decoding
+    (``generation.constrained``) over one more line on the decoder state of the prefix before it."""
+    if node.data == BY_KIND["Reorder"].rule and node.children[0].type == "DERIVED":
+        order = derive.tiling_reorder(insts)
+        if order is None:
+            raise dec.err("`reorder *` follows the `tile` lines of a multi-level tiling", node,
+                          expected="a `tiling` annotation and its `tile` lines right before", found="reorder *")
+        pairs = [(["Reorder", order, [], []], None)]
+    elif node.data in FOLD_BY_RULE:
+        pairs = FOLD_BY_RULE[node.data].read(dec, node, len(insts))
+    else:
+        pairs = [dec.instruction(node, len(insts))]
+    for inst, decision in pairs:
+        if decision is not None:
+            decisions.append([len(insts), decision])
+        insts.append(inst)
+    return len(pairs)
+
+
 def decode_with_lines(text: str, context: Any = None) -> tuple[list, list[int]]:
     """Script text -> (trace JSON, the script line of each instruction).
 
@@ -472,21 +494,7 @@ def decode_with_lines(text: str, context: Any = None) -> tuple[list, list[int]]:
             full = context.derive([insts, decisions], lines=lines, text=text, post_line=node.meta.line)
             lines += [node.meta.line] * (len(full[0]) - len(insts))
             return full, lines
-        if node.data == BY_KIND["Reorder"].rule and node.children[0].type == "DERIVED":
-            order = derive.tiling_reorder(insts)
-            if order is None:
-                raise dec.err("`reorder *` follows the `tile` lines of a multi-level tiling", node,
-                              expected="a `tiling` annotation and its `tile` lines right before", found="reorder *")
-            pairs = [(["Reorder", order, [], []], None)]
-        elif node.data in FOLD_BY_RULE:
-            pairs = FOLD_BY_RULE[node.data].read(dec, node, len(insts))
-        else:
-            pairs = [dec.instruction(node, len(insts))]
-        for inst, decision in pairs:
-            if decision is not None:
-                decisions.append([len(insts), decision])
-            insts.append(inst)
-            lines.append(node.meta.line)
+        lines += [node.meta.line] * decode_line(dec, node, insts, decisions)
     return [insts, decisions], lines
 
 
