@@ -258,7 +258,61 @@ def _warm(rows: list[dict[str, Any]], tok: Any) -> None:
         import_tensor_intrinsics()  # TVMScript-parsed once per process (tensorize lines need it)
 
 
+class StepTimer:
+    """Counts the model's forward passes of one arm and times its prefills (the first forward of each
+    generate call: the whole prompt, no constraint work runs before it), so that an arm's time splits into
+    prefill and decoding steps.  Per decoding step is the fair overhead unit: the arms sample scripts of
+    different lengths, and a short script pays its batch's prompt prefill over few tokens (tokens/s then
+    charges the prefill to the constraint)."""
+
+    def __init__(self, model: Any):
+        self.calls: list[list[float]] = []  # per generate call: [prefill seconds, decoding steps]
+        self._t0: float | None = None
+        self._handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
+                         model.register_forward_hook(self._post)]
+
+    def _pre(self, module: Any, args: Any, kwargs: Any) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None and ids.shape[-1] > 1 or not self.calls:
+            self.calls.append([0.0, 0])
+            self._t0 = time.perf_counter()
+        else:
+            self.calls[-1][1] += 1
+
+    def _post(self, module: Any, args: Any, output: Any) -> None:
+        if self._t0 is not None:
+            logits = getattr(output, "logits", None)
+            if logits is not None and logits.is_cuda:  # the prefill's kernels, not only their launch
+                import torch
+
+                torch.cuda.synchronize(logits.device)
+            self.calls[-1][0] += time.perf_counter() - self._t0
+            self._t0 = None
+
+    def first(self, n_calls: int) -> dict[str, Any]:
+        """The first ``n_calls`` generate calls (an arm's first pass; resamples come after)."""
+        calls = self.calls[:n_calls]
+        return {"prefills": len(calls), "prefill_s": sum(c[0] for c in calls), "steps": int(sum(c[1] for c in calls))}
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+
+
 def _arm(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    import os
+
+    load = os.getloadavg()[0]
+    timer = StepTimer(model)
+    try:
+        out = _arm_run(name, model, tok, rows, args, timer)
+    finally:
+        timer.remove()
+    return {**out, "load_1min": [load, os.getloadavg()[0]]}
+
+
+def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: argparse.Namespace,
+             timer: StepTimer) -> dict[str, Any]:
     import torch
 
     from little_dragon.training.callbacks import sample_scripts
@@ -273,11 +327,13 @@ def _arm(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: argp
                               num_return_sequences=args.k)
         first = [flat[i * args.k:(i + 1) * args.k] for i in range(len(prompts))]
         final, gen_s = first, time.perf_counter() - t0
-        extra = {"generated": sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in flat)}
+        extra = {"generated": sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in flat),
+                 **timer.first(len(timer.calls))}
     else:
         mod = constrained_module(rev or None)
         _clear_caches(mod, tok)
         torch.manual_seed(args.seed)
+        timer.calls.clear()
         t0 = time.perf_counter()
         res = mod.generate_constrained(model, tok, prompts, args.k, args.max_new_tokens, args.temperature,
                                        batch_size=args.batch_size, max_resamples=args.max_resamples,
@@ -285,7 +341,9 @@ def _arm(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: argp
         first, final, gen_s = res.first_scripts, res.scripts, res.first_seconds
         extra_s = res.seconds - res.first_seconds
         extra = {"stats": res.stats.as_dict(), "resample_s": extra_s, "generated": getattr(res, "first_generated", None),
-                 "first_pass_rejected": sum(not ok for oks in res.first_ok for ok in oks)}
+                 "first_pass_rejected": sum(not ok for oks in res.first_ok for ok in oks),
+                 # the first pass's generate calls: the same batching as the free arm's (sample_scripts)
+                 **timer.first(-(-len(prompts) // max(1, args.batch_size // args.k)))}
     return {"first": first, "final": final, "gen_s": gen_s, **extra}
 
 
@@ -375,9 +433,22 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
         # budget keeps only its complete lines: its tokens count here, not in the scripts' tokens/s)
         res = {"first_pass": first, "gen_s": gen_s, "gen_s_runs": times, "tokens_per_s": first["tokens"] / gen_s,
                "generated_tokens": arm["generated"], "generated_tokens_per_s": arm["generated"] / gen_s}
+        # per decoding step (prefills apart): the arms' batches are the same, their scripts' lengths are not
+        decode_s = [r["gen_s"] - r.get("prefill_s", 0.0) for r in runs[name]]
+        res.update({"steps": arm.get("steps"), "prefills": arm.get("prefills"),
+                    "prefill_s": statistics.median(r.get("prefill_s", 0.0) for r in runs[name]),
+                    "decode_s": statistics.median(decode_s), "decode_s_runs": decode_s,
+                    "load_1min": [r.get("load_1min") for r in runs[name]]})
+        if arm.get("steps"):
+            res["ms_per_step"] = 1e3 * res["decode_s"] / arm["steps"]
+            res["decode_tokens_per_s"] = arm["generated"] / res["decode_s"]
         same = [other for other in args.arms if other != name and runs[other][0]["first"] == arm["first"]]
         if same:
             res["same_scripts_as"] = same
+        # every run of both arms: the same first-pass and final (resampled) scripts
+        res["same_scripts_every_run_as"] = [
+            other for other in args.arms if other != name
+            and all(r["first"] == arm["first"] and r["final"] == arm["final"] for r in runs[other] + runs[name])]
         if name != "free":
             res["stats"] = arm["stats"]
             res["resample_s"] = arm["resample_s"]
@@ -386,8 +457,28 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
         out["arms"][name] = res
         log.info("%s: %s", name, json.dumps({k: v for k, v in first.items() if k != "categories"}))
     _print_ab(out)
+    _print_steps(out)
     _print_costs(out)
     return out
+
+
+def _print_steps(out: dict[str, Any]) -> None:
+    """Free and constrained side by side per decoding step: the same batches, so a step's cost differs only
+    by the constraint's work (and the load); the prefill of each generate call is timed apart."""
+    arms = out["arms"]
+    base = arms.get("free", {})
+    print("\n| arm | generate calls | prefill s | decoding steps | decoding s (median; runs) | ms per step | "
+          "per-step slowdown vs free | sampled tokens | tokens/s excl. prefill | slowdown | load (1 min) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, a in arms.items():
+        ms, tps = a.get("ms_per_step"), a.get("decode_tokens_per_s")
+        slow = f"{ms / base['ms_per_step']:.2f}x" if ms and base.get("ms_per_step") else "-"
+        slow_t = f"{base['decode_tokens_per_s'] / tps:.2f}x" if tps and base.get("decode_tokens_per_s") else "-"
+        loads = " ".join(f"{x[0]:.1f}-{x[1]:.1f}" for x in a.get("load_1min") or [] if x)
+        print(f"| {name} | {a.get('prefills', '-')} | {a.get('prefill_s', 0.0):.2f} | {a.get('steps', '-')} | "
+              f"{a['decode_s']:.2f} ({' '.join(f'{x:.2f}' for x in a['decode_s_runs'])}) | "
+              f"{ms if ms is None else round(ms, 2)} | {slow} | {a.get('generated_tokens')} | "
+              f"{tps if tps is None else round(tps, 1)} | {slow_t} | {loads} |")
 
 
 def _print_costs(out: dict[str, Any]) -> None:
@@ -396,13 +487,13 @@ def _print_costs(out: dict[str, Any]) -> None:
     if not arms:
         return
     print("\n| arm | generation s (median of runs) | runs | lines | line grammars compiled | state s | compile s |"
-          " masks s | same scripts as |")
+          " masks s | same scripts (every run, first pass and resampled) as |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, a in arms.items():
         st = a["stats"]
         print(f"| {name} | {a['gen_s']:.2f} | {' '.join(f'{x:.2f}' for x in a['gen_s_runs'])} | {st['lines']} | "
               f"{st.get('compiled', '-')} | {st['state_s']:.2f} | {st.get('compile_s', 0.0):.2f} | "
-              f"{st['mask_s']:.2f} | {', '.join(a.get('same_scripts_as', [])) or '-'} |")
+              f"{st['mask_s']:.2f} | {', '.join(a.get('same_scripts_every_run_as', [])) or '-'} |")
 
 
 def _print_ab(out: dict[str, Any]) -> None:

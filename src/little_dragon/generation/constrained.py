@@ -211,6 +211,15 @@ def _pool() -> Any:
     return ThreadPoolExecutor(_workers(), thread_name_prefix="line-grammar")
 
 
+@functools.lru_cache(maxsize=1)
+def _line_worker() -> Any:
+    """One thread for the line work of a decoding step (``CodecLogitsProcessor.ahead``): one at a time,
+    so the constraints advance in row order as they would in the caller's thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(1, thread_name_prefix="line-work")
+
+
 @functools.lru_cache(maxsize=8)
 def _engine_for(tokenizer_id: int, tokenizer: Any, vocab_size: int | None) -> TokenEngine:
     return TokenEngine(tokenizer, vocab_size)
@@ -288,13 +297,12 @@ def _decoded(text: str) -> _Decoded:
 
 
 def _extend(parent: _Decoded, text: str) -> _Decoded:
-    """``parent`` followed by the instructions of ``text``: the loop of ``codec.script.decode_with_lines``
-    on the parent's decoder state (no ``post *`` here: the constraint handles it apart)."""
+    """``parent`` followed by the instructions of ``text``: ``codec.script.decode_line`` (the per-line step
+    of the codec's own decode) on the parent's decoder state (no ``post *`` here: the constraint handles it
+    apart)."""
     from little_dragon import codec
-    from little_dragon.codec import derive
     from little_dragon.codec.grammar import parse
-    from little_dragon.codec.kinds import BY_KIND
-    from little_dragon.codec.script import FOLD_BY_RULE, _Decoder, _is_derived_post
+    from little_dragon.codec.script import _Decoder, _is_derived_post, decode_line
 
     tree = parse(text)
     dec = _Decoder()
@@ -304,20 +312,7 @@ def _extend(parent: _Decoded, text: str) -> _Decoded:
         if _is_derived_post(node):  # not expected here; the codec's own decode says what is wrong
             codec.decode(text, codec.SyntaxOnlyContext())
             raise codec.DecodeError("`post *` is derived: not decodable line by line")
-        if node.data == BY_KIND["Reorder"].rule and node.children[0].type == "DERIVED":
-            order = derive.tiling_reorder(insts)
-            if order is None:
-                raise dec.err("`reorder *` follows the `tile` lines of a multi-level tiling", node,
-                              expected="a `tiling` annotation and its `tile` lines right before", found="reorder *")
-            pairs = [(["Reorder", order, [], []], None)]
-        elif node.data in FOLD_BY_RULE:
-            pairs = FOLD_BY_RULE[node.data].read(dec, node, len(insts))
-        else:
-            pairs = [dec.instruction(node, len(insts))]
-        for inst, decision in pairs:
-            if decision is not None:
-                decisions.append([len(insts), decision])
-            insts.append(inst)
+        decode_line(dec, node, insts, decisions)
     return _Decoded([insts, decisions], dec.defined, dec.counts, dec.total)
 
 
@@ -577,27 +572,51 @@ class CodecLogitsProcessor:
         self._prompt_len: int | None = None
         self._bitmask = None
         self._advanced = False  # the last sampled tokens were consumed ahead (``ahead``)
+        self._job: Any = None   # the Future of that work when it runs beside the forward pass
+        self._masked = False    # that work (run in this thread: one core) wrote the masks
 
     def ahead(self, input_ids: Any) -> None:
         """Consume the tokens just sampled before the model's next forward pass (a forward pre-hook
-        calls this: ``generate_constrained``) and start compiling the grammars of the lines they ended, so
-        that the compiles run while the model computes; ``__call__`` then only collects them."""
+        calls this: ``generate_constrained``), in a background thread (``_line_worker``): the lines they
+        end are decoded and applied, their grammars compiled and the next step's masks written while the
+        model computes (TVM's FFI, llguidance's compiles and masks release the GIL); ``__call__`` waits
+        for it and applies the masks.  The next masks depend only on the tokens sampled so far, never on
+        the logits being computed, and the work and its order are those of consuming the tokens in
+        ``__call__``: the same constraint states, hence the same masks and the same samples."""
         if self._prompt_len is None or self._advanced or input_ids is None:
             return
         if input_ids.shape[0] != len(self.constraints):
             return
-        for c, tok in zip(self.constraints, input_ids[:, -1].tolist()):
-            c.advance(tok)
+        tokens = input_ids[:, -1].tolist()
         self._advanced = True
+        if _workers() < 2:
+            self._masked = self._consume(tokens)
+        else:
+            self._job = _line_worker().submit(self._consume, tokens)
+
+    def _consume(self, tokens: list[int]) -> bool:
+        """Advance every row by its sampled token, then compile the grammars of the lines that ended and
+        write the next step's masks (when the bitmask exists): everything the next ``__call__`` needs but
+        the logits, which is why it can run during the forward pass.  True when the masks are written."""
+        for c, tok in zip(self.constraints, tokens):
+            c.advance(tok)
         pending = [c.pending for c in self.constraints if c.pending is not None and not (c.dead or c.done)]
         if pending:
             self.engine.start(list(dict.fromkeys(pending)))
+        if self._bitmask is None:
+            return False
+        prepare(self.constraints)
+        fill_masks(self.constraints, self._bitmask)
+        return True
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
+        masked = False
         if self._prompt_len is None:
             self._prompt_len = input_ids.shape[1]
         elif self._advanced:
             self._advanced = False
+            job, self._job = self._job, None
+            masked = job.result() if job is not None else self._masked  # re-raises what the work raised
         else:
             last = input_ids[:, -1].tolist()
             for c, tok in zip(self.constraints, last):
@@ -605,8 +624,9 @@ class CodecLogitsProcessor:
         n = len(self.constraints)
         if self._bitmask is None:
             self._bitmask = allocate_bitmask(n, scores.shape[-1])
-        prepare(self.constraints)
-        fill_masks(self.constraints, self._bitmask)
+        if not masked:
+            prepare(self.constraints)
+            fill_masks(self.constraints, self._bitmask)
         apply_bitmask(scores, self._bitmask)
         done = [i for i, c in enumerate(self.constraints) if c.done]
         if done:  # finished rows get pad tokens from generate(); leave their scores finite
