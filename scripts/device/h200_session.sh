@@ -15,6 +15,8 @@
 #   3 carry [.devcarry/c3]                             sft bench GGUF part 3, SFT (writes /opt/ld/sft), speed
 #   4 (nothing carried)                                eval      sealed CUDA evaluation  (bash /opt/ld/h200_session.sh eval)
 #   5 (nothing carried)                                ab        constrained vs free A/B (bash /opt/ld/h200_session.sh ab)
+# Generation only (no TVM): h200_prepare.sh --no-tvm builds c1 (GGUF part 1) and c2 (the rest, the training
+# wheels in c2/wheels, snapshot, data); call 1 `stage`, call 2 `install sft bench` (BENCH_* pick the rows).
 #
 # Usage: bash h200_session.sh STEP [STEP ...]   (steps run in order; env OUT as the device tool sets it)
 # CPU dry run of a step (tiny model, no TVM install): LD_ROOT=/tmp/ld PYTHON=.venv/bin/python ... (see the
@@ -50,10 +52,18 @@ step_install() {
   ln -s "$ROOT/cudads/datasets" "$SNAP/artifacts/datasets"
   ln -s "$ROOT/cudads/sealed" "$SNAP/artifacts/sealed"
   ln -s "$ROOT/slim/data/harvest" "$SNAP/data/harvest"
-  if [ -n "${TVM_B:-}" ]; then bash "$TVM_B/install.sh"; fi
-  env_tvm
-  "$PY" -c "import tvm, llguidance, trl, deepspeed; print('tvm', tvm.__version__, 'cuda', tvm.cuda(0).exist, \
+  if [ -n "${TVM_B:-}" ]; then
+    bash "$TVM_B/install.sh"
+    env_tvm
+    "$PY" -c "import tvm, llguidance, trl, deepspeed; print('tvm', tvm.__version__, 'cuda', tvm.cuda(0).exist, \
 'llguidance', llguidance.__version__, 'trl', trl.__version__)"
+  else
+    # SFT and generation need no TVM (nothing imports it before a script is checked): the training wheels alone
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$ROOT/site" "$here"/wheels/*.whl
+    echo "export PYTHONPATH=$ROOT/site\${PYTHONPATH:+:\$PYTHONPATH}" > "$ROOT/env.sh"
+    env_tvm
+    "$PY" -c "import trl, deepspeed, gguf; print('trl', trl.__version__, 'deepspeed', deepspeed.__version__)"
+  fi
   log "installed; snapshot $(cat "$SNAP/COMMIT" 2>/dev/null || echo '?')"
 }
 
@@ -84,7 +94,7 @@ step_bench() {
   env_tvm; cd "$SNAP"
   timeout "${BENCH_BOX:-200}" "$PY" benchmarks/generation_speed.py --model "$SFT_DIR/out" \
     --rows artifacts/datasets/train.jsonl --prompts "${BENCH_PROMPTS:-100}" --attempts "${BENCH_ATTEMPTS:-8}" --batch-sizes ${BENCH_BATCHES:-800 400} \
-    --caches ${BENCH_CACHES:-dynamic} --max-new-tokens "${BENCH_TOKENS:-1024}" --json "$OUT/generation_speed_h200.json" \
+    --caches ${BENCH_CACHES:-dynamic} --max-new-tokens "${BENCH_TOKENS:-1024}" --json "$OUT/${BENCH_NAME:-generation_speed_h200}.json" \
     || log "bench: stopped (rows measured so far are in $OUT/generation_speed_h200.json)"
 }
 

@@ -36,3 +36,24 @@ def test_sorting_by_length_keeps_each_prompts_attempts(tiny_lm, cache):
     one_by_one = [s for p in prompts for s in sample_scripts(model, tok, [p], 6, 0.0, num_return_sequences=3)]
     assert sorted_ == one_by_one
     assert plain == one_by_one
+
+
+def test_continuous_batching_keeps_each_prompts_attempts(tiny_lm):
+    """transformers' continuous batching (cache_implementation continuous): greedy attempts equal the padded
+    sampler's, prompt by prompt in the prompts' order; sampled ones come k per prompt, forks of that prompt."""
+    import torch
+
+    from little_dragon.generation.sample import sample_continuous
+    from little_dragon.training.callbacks import sample_scripts
+
+    model, tok = tiny_lm
+    prompts = ["sch blk matmul", "x", "loops b0 3\nsplit l1 = 4 8\nreorder l2 l3 l4", "post *"]
+    greedy = sample_continuous(model, tok, prompts, 3, 6, 0.0)
+    padded = sample_scripts(model, tok, prompts, 6, 0.0, batch_size=2, num_return_sequences=3, sort_by_length=True)
+    assert [s for a in greedy for s in a] == padded
+    torch.manual_seed(0)
+    sampled = sample_continuous(model, tok, prompts, 4, 6, 1.0)
+    assert [len(a) for a in sampled] == [4, 4, 4, 4]
+    assert all(isinstance(s, str) for a in sampled for s in a)
+    # sampling at temperature 1 over a random 2-layer model: the four forks of a prompt do not all agree
+    assert any(len(set(a)) > 1 for a in sampled)

@@ -80,11 +80,49 @@ class LocalGenerator:
                                         max_resamples=self.cfg.constrained_resamples,
                                         hook=self.logits_processor_factory).scripts
 
+        if self.cfg.cache_implementation == "continuous":
+            if self.logits_processor_factory is not None:
+                raise ValueError("generation.cache_implementation continuous takes no logits processor "
+                                 "(constrained decoding needs dynamic or static)")
+            return sample_continuous(self.model, self.tokenizer, prompts, k, self.cfg.max_new_tokens,
+                                     self.cfg.temperature)
         flat = sample_scripts(self.model, self.tokenizer, prompts, self.cfg.max_new_tokens, self.cfg.temperature,
                               batch_size=self.cfg.batch_size, num_return_sequences=k,
                               logits_processor_factory=self.logits_processor_factory, sort_by_length=True,
                               cache_implementation=self.cfg.cache_implementation)
         return [flat[i * k:(i + 1) * k] for i in range(len(prompts))]
+
+
+def sample_continuous(model: Any, tokenizer: Any, prompts: list[str], k: int, max_new_tokens: int,
+                      temperature: float) -> list[list[str]]:
+    """``k`` sampled completions per prompt through transformers' continuous batching (``generate_batch``):
+    requests enter a paged KV cache as blocks free up, so there is no left padding and no decoding step is spent
+    on an attempt that already ended; the k attempts of a prompt are forks of one request and share its prompt's
+    cache blocks (prefill once, not k times).  Greedy decoding (temperature 0) generates once and repeats it,
+    as ``sample_scripts`` does."""
+    from transformers import GenerationConfig as HFGenerationConfig
+
+    greedy = temperature <= 0
+    n = 1 if greedy else max(1, k)
+    ids = [enc for enc in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
+    kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "num_return_sequences": n,
+                          "eos_token_id": tokenizer.eos_token_id,
+                          "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+                          else tokenizer.eos_token_id}
+    kw.update({"do_sample": True, "temperature": temperature, "top_k": 0} if not greedy else {"do_sample": False})
+    was_training = model.training
+    model.eval()
+    try:
+        out = model.generate_batch(inputs=ids, generation_config=HFGenerationConfig(**kw), progress_bar=False)
+    finally:
+        model.train(was_training)
+    # prompt-major: each request's forks come right before it (transformers orders the results so)
+    results = list(out.values())
+    if len(results) != len(prompts) * n:
+        raise RuntimeError(f"continuous batching returned {len(results)} completions for {len(prompts)} prompts x "
+                           f"{n} (a failed request is logged by transformers)")
+    texts = [tokenizer.decode(r.generated_tokens, skip_special_tokens=True) for r in results]
+    return [[t for t in texts[i * n:(i + 1) * n] for _ in range(k // n)] for i in range(len(prompts))]
 
 
 def open_generator(spec: str | ModelSource, cfg: GenerationConfig | None = None,
