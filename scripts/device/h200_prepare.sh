@@ -60,7 +60,7 @@ for name, part in (("c1/gguf.part-1", data[:g1]), ("c2/gguf.part-2", data[g1:g1 
     open(f"{d}/{name}", "wb").write(part)
 PY
 [ -s $D/c3/gguf.part-3 ] || rm -f $D/c3/gguf.part-3
-cat $D/c1/gguf.part-1 $D/c2/gguf.part-2 $D/c3/gguf.part-* 2>/dev/null | sha256sum | cut -d' ' -f1 | diff - $D/c*/gguf.sha256
+cat $(ls $D/c1/gguf.part-1 $D/c2/gguf.part-2 $D/c3/gguf.part-3 2>/dev/null) | sha256sum | cut -d' ' -f1 | diff - $D/c*/gguf.sha256
 if [ $NO_TVM = 1 ]; then
   echo "work tree $tree bytes; per call: 1 $((tree + $(size $D/c1))), 2 $((tree + $(size $D/c2))) of $LIMIT; snapshot $(cat $D/COMMIT)"
 else
