@@ -57,3 +57,23 @@ def test_continuous_batching_keeps_each_prompts_attempts(tiny_lm):
     assert all(isinstance(s, str) for a in sampled for s in a)
     # sampling at temperature 1 over a random 2-layer model: the four forks of a prompt do not all agree
     assert any(len(set(a)) > 1 for a in sampled)
+
+
+def test_continuous_batching_without_forks_repeats_each_prompt(tiny_lm, monkeypatch):
+    """A transformers whose generate_batch has no forks (5.17, seen on the H200: it returns one completion per
+    prompt): each prompt is sent k times instead, still k attempts per prompt in the prompts' order."""
+    import torch
+
+    from little_dragon.generation import sample
+
+    model, tok = tiny_lm
+    prompts = ["sch blk matmul", "x", "post *"]
+    monkeypatch.setitem(sample._CB_FORKS, "ok", False)
+    torch.manual_seed(0)
+    attempts = sample.sample_continuous(model, tok, prompts, 3, 6, 1.0)
+    assert [len(a) for a in attempts] == [3, 3, 3]
+    # near-greedy sampling: every repeat of a prompt is that prompt's greedy attempt, so the order maps back right
+    from little_dragon.training.callbacks import sample_scripts
+
+    greedy = sample_scripts(model, tok, prompts, 6, 0.0)
+    assert sample.sample_continuous(model, tok, prompts, 3, 6, 1e-6) == [[g] * 3 for g in greedy]

@@ -93,6 +93,9 @@ class LocalGenerator:
         return [flat[i * k:(i + 1) * k] for i in range(len(prompts))]
 
 
+_CB_FORKS: dict[str, bool] = {}   # whether this transformers forks a request into num_return_sequences
+
+
 def sample_continuous(model: Any, tokenizer: Any, prompts: list[str], k: int, max_new_tokens: int,
                       temperature: float) -> list[list[str]]:
     """``k`` sampled completions per prompt through transformers' continuous batching (``generate_batch``):
@@ -113,11 +116,18 @@ def sample_continuous(model: Any, tokenizer: Any, prompts: list[str], k: int, ma
     was_training = model.training
     model.eval()
     try:
+        if n > 1 and not _CB_FORKS.get("ok", True):
+            # a transformers without forks (5.17 ignores num_return_sequences here): each prompt k times instead
+            kw["num_return_sequences"] = 1
+            ids = [i for i in ids for _ in range(n)]
         out = model.generate_batch(inputs=ids, generation_config=HFGenerationConfig(**kw), progress_bar=False)
+        results = list(out.values())
+        if n > 1 and kw["num_return_sequences"] > 1 and len(results) == len(prompts):
+            _CB_FORKS["ok"] = False
+            return sample_continuous(model, tokenizer, prompts, k, max_new_tokens, temperature)
     finally:
         model.train(was_training)
     # prompt-major: each request's forks come right before it (transformers orders the results so)
-    results = list(out.values())
     if len(results) != len(prompts) * n:
         raise RuntimeError(f"continuous batching returned {len(results)} completions for {len(prompts)} prompts x "
                            f"{n} (a failed request is logged by transformers)")
