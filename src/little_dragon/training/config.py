@@ -52,10 +52,12 @@ class SFTConfig:
                           "packing: TRL best-fit packing (needs flash attention on GPU). Bucketing measured fastest "
                           "on CPU (results/sft-cpu.md: 2120-2330 real tokens/s vs 1440-1960 padding, 460 packing).")
     epochs: float = field(3.0, help="Passes over the training mix (ignored when max_steps > 0).")
-    max_steps: int = field(2400, help="Optimizer steps (> 0 overrides epochs).")
+    max_steps: int = field(1200, help="Optimizer steps (> 0 overrides epochs).")
     batch_size: int = field(8, help="Rows per device per micro-batch.")
     grad_accum: int = field(1, help="Micro-batches per optimizer step.")
-    learning_rate: float = field(2e-3, help="Peak learning rate (2e-3 suits the tiny model; use ~5e-5 for SmolLM2).")
+    learning_rate: float = field(
+        1e-3, help="Peak learning rate (1e-3 for the tiny model: 4e-3 left it at validity 0.00 after 1000 steps, "
+                   "results/sft-cpu.md session 6; use ~5e-5 for SmolLM2).")
     warmup_ratio: float = field(0.05, help="Share of steps spent warming up the learning rate.")
     weight_decay: float = field(0.0, help="AdamW weight decay.")
     lr_scheduler: str = field("cosine", help="Transformers learning-rate schedule name.")
@@ -68,7 +70,7 @@ class SFTConfig:
     deepspeed_config: str = field(
         "", help="DeepSpeed JSON; empty picks configs/deepspeed/zero2.json (tiny, gguf) or zero3.json (local).")
     logging_steps: int = field(5, help="Log loss and learning rate every this many steps.")
-    eval_steps: int = field(800, help="Eval loss and validity every this many steps (and at the end).")
+    eval_steps: int = field(600, help="Eval loss and validity every this many steps (and at the end).")
     validity_samples: int = field(24, help="Validation prompts sampled for the validity rate at each eval.")
     validity_max_new_tokens: int = field(768, help="Generation budget per sampled script.")
     validity_temperature: float = field(0.7, help="Sampling temperature of validity generations (0: greedy).")
