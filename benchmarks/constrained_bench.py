@@ -319,6 +319,7 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
 
     prompts = [r["prompt"] for r in rows]
     kind, _, rev = name.partition("@")
+    kind, _, mode = kind.partition("+")  # constrained+bg / +fg: the step's work beside the forward pass or not
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
     extra: dict[str, Any] = {}
@@ -334,10 +335,17 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
         _clear_caches(mod, tok)
         torch.manual_seed(args.seed)
         timer.calls.clear()
+        background = getattr(mod, "BACKGROUND", None)
+        if mode:
+            mod.BACKGROUND = {"bg": True, "fg": False}[mode]
         t0 = time.perf_counter()
-        res = mod.generate_constrained(model, tok, prompts, args.k, args.max_new_tokens, args.temperature,
-                                       batch_size=args.batch_size, max_resamples=args.max_resamples,
-                                       semantic=(kind == "constrained"))
+        try:
+            res = mod.generate_constrained(model, tok, prompts, args.k, args.max_new_tokens, args.temperature,
+                                           batch_size=args.batch_size, max_resamples=args.max_resamples,
+                                           semantic=(kind == "constrained"))
+        finally:
+            if mode:
+                mod.BACKGROUND = background
         first, final, gen_s = res.first_scripts, res.scripts, res.first_seconds
         extra_s = res.seconds - res.first_seconds
         extra = {"stats": res.stats.as_dict(), "resample_s": extra_s, "generated": getattr(res, "first_generated", None),
@@ -541,7 +549,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-resamples", type=int, default=2)
     ap.add_argument("--arms", nargs="+", default=["free", "constrained"],
                     help="free, syntax (grammar only), constrained (grammar + workload semantics); "
-                         "constrained@REV / syntax@REV: the constraint's code as of git revision REV (before/after)")
+                         "constrained@REV / syntax@REV: the constraint's code as of git revision REV (before/after); "
+                         "constrained+bg / +fg: a step's constraint work beside the forward pass in a thread, or not "
+                         "(default: beside it where the model is on an accelerator)")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs of each arm, round robin (median reported)")
     ap.add_argument("--evaluate", action="store_true", help="correctness and speedup through the Evaluator")
     ap.add_argument("--threads", type=int, default=0)

@@ -204,6 +204,7 @@ def test_generation_under_constraint_writes_scripts_that_decode(smollm2):
     texts = [t + tok.eos_token for *_, tj in _records(sorted((CODEC_DATA / "real_llvm_db").iterdir()))
              for _, t in _forms(tj)[:1]]
     _train_briefly(model, tok, [t[:400] for t in texts])
+    rng = torch.get_rng_state()
     res = generate_constrained(model, tok, [prompt], k=4, max_new_tokens=96, temperature=1.0, batch_size=4,
                                max_resamples=1)
     scripts = res.scripts[0]
@@ -211,6 +212,21 @@ def test_generation_under_constraint_writes_scripts_that_decode(smollm2):
     assert any(s.strip() for s in scripts), scripts  # a budget of 96 tokens can end mid-line (complete lines kept)
     for s in scripts:
         codec.decode(s, codec.SyntaxOnlyContext())  # raises DecodeError if not
+    # a step's constraint work beside the forward pass in a thread (the accelerator default) samples the
+    # very same scripts as the same work done in the caller's thread (the CPU default)
+    from little_dragon.generation import constrained
+
+    after = torch.get_rng_state()
+    for background in (False, True):
+        constrained.BACKGROUND = background
+        try:
+            torch.set_rng_state(rng)
+            r = generate_constrained(model, tok, [prompt], k=4, max_new_tokens=96, temperature=1.0, batch_size=4,
+                                     max_resamples=1)
+        finally:
+            constrained.BACKGROUND = None
+        assert (r.first_scripts, r.scripts, r.stats.lines) == (res.first_scripts, res.scripts, res.stats.lines)
+    torch.set_rng_state(after)
     free = sample_scripts(model, tok, [prompt], 96, 1.0, batch_size=4, num_return_sequences=4)
     decoded = 0
     for s in free:

@@ -211,10 +211,15 @@ def _pool() -> Any:
     return ThreadPoolExecutor(_workers(), thread_name_prefix="line-grammar")
 
 
+# the next step's constraint work in a background thread during the forward pass: None = where the model
+# runs on an accelerator (its forward pass leaves the host free), True/False = always/never (tests, benchmarks)
+BACKGROUND: bool | None = None
+
+
 @functools.lru_cache(maxsize=1)
 def _line_worker() -> Any:
-    """One thread for the line work of a decoding step (``CodecLogitsProcessor.ahead``): one at a time,
-    so the constraints advance in row order as they would in the caller's thread."""
+    """One thread for the constraint work of a decoding step (``CodecLogitsProcessor.ahead``): one step
+    at a time, its rows in order, as in the caller's thread."""
     from concurrent.futures import ThreadPoolExecutor
 
     return ThreadPoolExecutor(1, thread_name_prefix="line-work")
@@ -572,42 +577,44 @@ class CodecLogitsProcessor:
         self._prompt_len: int | None = None
         self._bitmask = None
         self._advanced = False  # the last sampled tokens were consumed ahead (``ahead``)
-        self._job: Any = None   # the Future of that work when it runs beside the forward pass
-        self._masked = False    # that work (run in this thread: one core) wrote the masks
+        self._job: Any = None   # the Future of that work when it runs beside the forward pass (``BACKGROUND``)
 
     def ahead(self, input_ids: Any) -> None:
         """Consume the tokens just sampled before the model's next forward pass (a forward pre-hook
-        calls this: ``generate_constrained``), in a background thread (``_line_worker``): the lines they
-        end are decoded and applied, their grammars compiled and the next step's masks written while the
-        model computes (TVM's FFI, llguidance's compiles and masks release the GIL); ``__call__`` waits
-        for it and applies the masks.  The next masks depend only on the tokens sampled so far, never on
-        the logits being computed, and the work and its order are those of consuming the tokens in
-        ``__call__``: the same constraint states, hence the same masks and the same samples."""
+        calls this: ``generate_constrained``); the grammars of the lines they ended start compiling at
+        once, so that the compiles run while the model computes, and ``__call__`` collects them.
+
+        Where the forward pass runs on an accelerator (``BACKGROUND``), all of the next step's work
+        (advance, decode + apply the lines that ended, compile, masks) runs in a background thread
+        during it: the next masks depend only on the tokens sampled so far, never on the logits being
+        computed, and the work and its order are those of doing it in ``__call__`` (same states, masks,
+        samples).  On a CPU the line work stays in this thread: there the forward pass is Python-heavy
+        too, and beside it in a thread the same work was slower (GIL; results/constrained-decoding.md,
+        session 6)."""
         if self._prompt_len is None or self._advanced or input_ids is None:
             return
         if input_ids.shape[0] != len(self.constraints):
             return
         tokens = input_ids[:, -1].tolist()
         self._advanced = True
-        if _workers() < 2:
-            self._masked = self._consume(tokens)
+        background = BACKGROUND if BACKGROUND is not None else input_ids.device.type != "cpu"
+        if background and _workers() > 1 and self._bitmask is not None:
+            self._job = _line_worker().submit(self._next_masks, tokens)
         else:
-            self._job = _line_worker().submit(self._consume, tokens)
+            self._consume(tokens)
 
-    def _consume(self, tokens: list[int]) -> bool:
-        """Advance every row by its sampled token, then compile the grammars of the lines that ended and
-        write the next step's masks (when the bitmask exists): everything the next ``__call__`` needs but
-        the logits, which is why it can run during the forward pass.  True when the masks are written."""
+    def _consume(self, tokens: list[int]) -> None:
+        """Advance every row by its sampled token; a row that ended a line starts its grammar's compile at
+        once (it runs while the next rows' lines are applied, and then during the forward pass)."""
         for c, tok in zip(self.constraints, tokens):
             c.advance(tok)
-        pending = [c.pending for c in self.constraints if c.pending is not None and not (c.dead or c.done)]
-        if pending:
-            self.engine.start(list(dict.fromkeys(pending)))
-        if self._bitmask is None:
-            return False
+            if c.pending is not None and not (c.dead or c.done):
+                self.engine.start([c.pending])
+
+    def _next_masks(self, tokens: list[int]) -> None:
+        self._consume(tokens)
         prepare(self.constraints)
         fill_masks(self.constraints, self._bitmask)
-        return True
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         masked = False
@@ -616,11 +623,11 @@ class CodecLogitsProcessor:
         elif self._advanced:
             self._advanced = False
             job, self._job = self._job, None
-            masked = job.result() if job is not None else self._masked  # re-raises what the work raised
+            if job is not None:
+                job.result()  # re-raises what the background work raised
+                masked = True
         else:
-            last = input_ids[:, -1].tolist()
-            for c, tok in zip(self.constraints, last):
-                c.advance(tok)
+            self._consume(input_ids[:, -1].tolist())
         n = len(self.constraints)
         if self._bitmask is None:
             self._bitmask = allocate_bitmask(n, scores.shape[-1])
