@@ -333,6 +333,8 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
     else:
         mod = constrained_module(rev or None)
         _clear_caches(mod, tok)
+        engine = mod.engine_for(tok)
+        work0 = getattr(engine, "compile_work_s", None)
         torch.manual_seed(args.seed)
         timer.calls.clear()
         background = getattr(mod, "BACKGROUND", None)
@@ -350,6 +352,7 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
         extra_s = res.seconds - res.first_seconds
         extra = {"stats": res.stats.as_dict(), "resample_s": extra_s, "generated": getattr(res, "first_generated", None),
                  "first_pass_rejected": sum(not ok for oks in res.first_ok for ok in oks),
+                 "compile_work_s": None if work0 is None else engine.compile_work_s - work0,
                  # the first pass's generate calls: the same batching as the free arm's (sample_scripts)
                  **timer.first(-(-len(prompts) // max(1, args.batch_size // args.k)))}
     return {"first": first, "final": final, "gen_s": gen_s, **extra}
@@ -459,6 +462,7 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
             and all(r["first"] == arm["first"] and r["final"] == arm["final"] for r in runs[other] + runs[name])]
         if name != "free":
             res["stats"] = arm["stats"]
+            res["compile_work_s"] = arm.get("compile_work_s")
             res["resample_s"] = arm["resample_s"]
             res["first_pass_rejected"] = arm["first_pass_rejected"]
             res["after_resampling"] = _score(rows, arm["final"], tok, args.evaluate)
@@ -494,13 +498,15 @@ def _print_costs(out: dict[str, Any]) -> None:
     arms = {n: a for n, a in out["arms"].items() if "stats" in a}
     if not arms:
         return
-    print("\n| arm | generation s (median of runs) | runs | lines | line grammars compiled | state s | compile s |"
-          " masks s | same scripts (every run, first pass and resampled) as |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| arm | generation s (median of runs) | runs | lines | line grammars compiled | state s | compile s"
+          " (waited) | compiling s (all threads) | masks s | same scripts (every run, first pass and resampled) as |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, a in arms.items():
         st = a["stats"]
+        work = a.get("compile_work_s")
         print(f"| {name} | {a['gen_s']:.2f} | {' '.join(f'{x:.2f}' for x in a['gen_s_runs'])} | {st['lines']} | "
               f"{st.get('compiled', '-')} | {st['state_s']:.2f} | {st.get('compile_s', 0.0):.2f} | "
+              f"{'-' if work is None else f'{work:.2f}'} | "
               f"{st['mask_s']:.2f} | {', '.join(a.get('same_scripts_every_run_as', [])) or '-'} |")
 
 
