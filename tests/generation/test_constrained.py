@@ -226,6 +226,18 @@ def test_generation_under_constraint_writes_scripts_that_decode(smollm2):
         finally:
             constrained.BACKGROUND = None
         assert (r.first_scripts, r.scripts, r.stats.lines) == (res.first_scripts, res.scripts, res.stats.lines)
+    # resampled attempts keep what their own constraint checked (complete lines; a failing line only when
+    # TVM refused it): two prompts x 3 attempts, so the resample batch differs in size from the first pass
+    hook = constrained.ConstrainedDecoding(tok)
+    r = generate_constrained(model, tok, [prompt, prompt], k=3, max_new_tokens=96, temperature=1.0, batch_size=6,
+                             max_resamples=1, hook=hook)
+    pending = [(p, a) for p in range(2) for a in range(3) if not r.first_ok[p][a]]
+    assert r.stats.resampled == len(pending)
+    if pending:
+        assert len(hook.last_constraints) == len(pending)
+        for (p, a), c in zip(pending, hook.last_constraints):
+            s = r.scripts[p][a]
+            assert s == c.text or (c.done and not c.dead and s.startswith(c.text)), (s, c.text, c.error)
     torch.set_rng_state(after)
     free = sample_scripts(model, tok, [prompt], 96, 1.0, batch_size=4, num_return_sequences=4)
     decoded = 0

@@ -750,9 +750,12 @@ def _generate_constrained(model: Any, tokenizer: Any, prompts: list[str], k: int
         texts = []
         for i in range(0, len(pending), batch_size):
             part = pending[i:i + batch_size]
-            texts += _scripts_of(hook.last_constraints, sample_scripts(
-                model, tokenizer, [prompts[p] for p, _ in part], max_new_tokens, temperature,
-                batch_size=batch_size, num_return_sequences=1, logits_processor_factory=hook))
+            # sampled first: ``hook.last_constraints`` are this batch's only once sample_scripts made them (read
+            # before the call, they were the previous batch's: the lengths differed and the raw texts, failing
+            # lines and cut-off lines included, were kept as the resampled scripts)
+            raw = sample_scripts(model, tokenizer, [prompts[p] for p, _ in part], max_new_tokens, temperature,
+                                 batch_size=batch_size, num_return_sequences=1, logits_processor_factory=hook)
+            texts += _scripts_of(hook.last_constraints, raw)
             dead = [c.dead for c in hook.last_constraints]
             texts_ok = [not d for d in dead]
             for (p, a), t, good in zip(part, texts[i:i + len(part)], texts_ok):
