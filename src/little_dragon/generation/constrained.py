@@ -124,11 +124,14 @@ class TokenEngine:
 
     def __init__(self, tokenizer: Any, vocab_size: int | None = None):
         import llguidance
-        import llguidance.hf
+
+        from little_dragon.generation.llg_tokenizer import llg_tokenizer
 
         self.tokenizer = tokenizer
         self.eos_id = tokenizer.eos_token_id
-        self.lltok = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size)
+        # checked: the bytes llguidance gives each token are the tokenizer's (a misread decoder, as in
+        # transformers 5.17's GGUF conversion, is repaired or refused: llg_tokenizer)
+        self.lltok = llg_tokenizer(tokenizer, vocab_size)
         self.vocab_size = self.lltok.vocab_size
         self._llg = llguidance
         self._cache: dict[str, Any] = {}
