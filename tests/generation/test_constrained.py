@@ -51,7 +51,8 @@ def _forms(trace_json) -> list[tuple[str, str]]:
 
     text = encode(trace_json)
     lines = text.splitlines()
-    forms = [("self-contained", text + "\n")]
+    # as the encoder writes it: one newline after the last line (a blank line is not canonical white space)
+    forms = [("self-contained", text if text.endswith("\n") else text + "\n")]
     if "post" in lines:
         forms.insert(0, ("post *", "\n".join(lines[:lines.index("post")] + ["post *"]) + "\n"))
     return forms

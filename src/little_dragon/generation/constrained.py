@@ -138,6 +138,7 @@ class TokenEngine:
         self._inflight: dict[str, Any] = {}  # grammar -> Future of its compile (started ahead: ``start``)
         self._lock = threading.Lock()
         self._bytes: dict[int, bytes] = {}
+        self._ws_masks: dict[int, Any] = {}
         self.compile_work_s = 0.0  # seconds spent compiling line grammars, all threads (not only waiting)
         # a line grammar is compiled once per line: not precomputing large lexemes makes that ~3x faster
         # (10 ms instead of 30 for SmolLM2's 49k vocabulary) and masks stay ~30 us
@@ -203,6 +204,27 @@ class TokenEngine:
         if b is None:
             b = self._bytes[tok] = self.lltok.decode_bytes([tok])
         return b
+
+    def whitespace_masks(self, words: int) -> Any:
+        """``[3, words]`` int32 bitmasks (llguidance layout) of the tokens the canonical-white-space rule
+        allows in each ``WS_*`` state of a line (``restrict_whitespace``); cached per width."""
+        hit = self._ws_masks.get(words)
+        if hit is None:
+            import torch
+
+            n = words * 32
+            toks = [self.token_bytes(t) for t in range(min(n, self.vocab_size))]
+            toks += [b"x"] * (n - len(toks))  # past the vocabulary: llguidance's mask decides (never allowed)
+            # white space the encoder never writes, anywhere; starts with white space; with a space or tab
+            bad = torch.tensor([any(w in b for w in _NON_CANONICAL_WS) for b in toks])
+            lead_ws = torch.tensor([b[:1] in (b" ", b"\t", b"\n", b"\r") for b in toks])
+            lead_blank = torch.tensor([b[:1] in (b" ", b"\t") for b in toks])
+            ok_mid = ~bad
+            rows = torch.stack([ok_mid & ~lead_ws, ok_mid & ~lead_blank, ok_mid])  # WS_START, WS_SPACE, WS_MID
+            weights = torch.ones(32, dtype=torch.int64) << torch.arange(32, dtype=torch.int64)
+            packed = (rows.view(3, words, 32).to(torch.int64) * weights).sum(-1)
+            hit = self._ws_masks[words] = torch.where(packed >= 1 << 31, packed - (1 << 32), packed).to(torch.int32)
+        return hit
 
 
 def _workers() -> int:
@@ -492,10 +514,17 @@ class ScriptConstraint:
         t0 = time.perf_counter()
         v = bitmask[row]  # contiguous int32 row on the CPU (llguidance writes it directly)
         self.matcher.unsafe_compute_mask_ptr(v.data_ptr(), v.numel() * v.element_size())
+        restrict_whitespace([(self, row)], bitmask)
         self.stats.mask_s += time.perf_counter() - t0
 
     def eos_only(self) -> bool:
         return self.dead or self.done or self.matcher.is_stopped()
+
+    def whitespace_state(self) -> int:
+        """Where the current line is, for ``restrict_whitespace``: at its start, after a space, else."""
+        if not self.line:
+            return WS_START
+        return WS_SPACE if self.line[-1:] in (b" ", b"\t") or not self.line.strip() else WS_MID
 
 
 def fill_masks(constraints: list[ScriptConstraint], bitmask: Any) -> None:
@@ -518,7 +547,46 @@ def fill_masks(constraints: list[ScriptConstraint], bitmask: Any) -> None:
     else:
         _executor().unsafe_compute_mask_ptr(live, bitmask.data_ptr(), bitmask.shape[1] * bitmask.element_size(),
                                             bitmask.shape[0])
+    restrict_whitespace([(constraints[i], i) for _, i in live], bitmask)
     constraints[0].stats.mask_s += time.perf_counter() - t0
+
+
+# White space: the codec grammar (``%ignore /[ \t]+/``, ``_NL: /(\r?\n)+/``) admits any run of blanks and blank
+# lines, the encoder writes one space between fields, one newline after a line, nothing before a line.  A
+# sampler free to add blanks can spend its whole budget on them (seen: an untrained SmolLM2 under constraint
+# wrote single spaces after ``tile`` until the budget ran out).  So the grammar's masks are narrowed to the
+# canonical separators: no white space at a line's start (no indent, no blank line), no space after a space,
+# and no token holding a run of white space, a tab or a CR.  After a space the line may still end (a newline:
+# whether a field follows that space is not known when it is written, and ``blk C `` may be complete), so a
+# line has at most one blank in a row, a script no blank line.  Where the grammar allows nothing but white
+# space the attempt is at a dead end (seen: ``tile`` before any loop exists: no ``tile`` rule has an
+# alternative, and ``%ignore`` let the untrained SmolLM2 write spaces after it until the budget ran out);
+# the rule then leaves no token, and the attempt is ended like a line that does not apply (counted in
+# ``rejected_apply`` as "dead end", resampled).
+# The grammar and the decoder are unchanged (``test_real_harvest_records_are_never_forbidden``: the
+# encoder's text of every real record is still accepted token by token).
+WS_START, WS_SPACE, WS_MID = range(3)
+_NON_CANONICAL_WS = (b"  ", b"\t", b"\r", b"\n\n", b" \n", b"\n ")
+
+
+def restrict_whitespace(rows: list[tuple[ScriptConstraint, int]], bitmask: Any) -> None:
+    """AND the canonical-white-space masks into ``bitmask``'s rows (each ``(constraint, row)``, a live
+    attempt whose grammar mask is written); an attempt left no token (only white space could follow: a
+    dead end) is ended (EOS only)."""
+    if not rows:
+        return
+    import torch
+
+    masks = rows[0][0].engine.whitespace_masks(bitmask.shape[1])
+    idx = torch.tensor([r for _, r in rows])
+    states = torch.tensor([c.whitespace_state() for c, _ in rows])
+    grammar = bitmask[idx]
+    out = grammar & masks[states]
+    bitmask[idx] = out
+    for (c, row), ok in zip(rows, (out != 0).any(-1).tolist()):
+        if not ok:
+            c._kill("dead end", "only white space may follow " + repr(c.line.decode("utf-8", "replace")[-60:]))
+            c.fill_mask(bitmask, row)
 
 
 @functools.lru_cache(maxsize=1)
