@@ -18,6 +18,10 @@ from pathlib import Path
 import httpx
 
 
+# the registered model's versions table runs past one screen: tall enough for the champion's row too
+PAGE_SIZE = {"mlflow-registered-model": (1440, 1900)}
+
+
 def main(argv: list[str]) -> int:
     project = Path(argv[0]).resolve()
     out = Path(argv[1] if len(argv) > 1 else "results/ui").resolve()
@@ -59,7 +63,8 @@ def main(argv: list[str]) -> int:
                                            version=version).items():
             path = out / f"{name}.png"
             # the picture is taken once the page shows its words
-            lost = check_page(url, words, path, timeout_s=180, settle_s=PAGE_SETTLE_S.get(name, 2.0))
+            lost = check_page(url, words, path, timeout_s=180, settle_s=PAGE_SETTLE_S.get(name, 2.0),
+                              size=PAGE_SIZE.get(name, (1440, 1000)))
             if lost:
                 bad[name] = lost
             print(f"{path}  {url}  {'ok' if not lost else f'MISSING {lost}'}")
