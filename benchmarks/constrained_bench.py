@@ -145,10 +145,10 @@ def bench_libraries(args: argparse.Namespace) -> dict[str, Any]:
     from little_dragon.codec.grammar import grammar_text, parser
     from little_dragon.generation.constrained import allocate_bitmask
 
-    tok = load_tokenizer(args.tokenizer)
-    import llguidance.hf
+    from little_dragon.generation.llg_tokenizer import llg_tokenizer
 
-    lltok = llguidance.hf.from_tokenizer(tok)
+    tok = load_tokenizer(args.tokenizer)
+    lltok = llg_tokenizer(tok)  # the constraint's own checked view (a misread decoder is repaired or refused)
     script = ("blk C\nblk root\nann b0 tiling \"SSRSRS\"\nloops b0 3\ntile l0 = 4 16 1 1\ntile l1 = 1 1 2 32\n"
               "tile l2 = 64 1\nreorder *\nann b1 parallel 32\nann b1 vectorize 64\nann b1 unroll cat unroll = 0\n"
               "post *\n")
