@@ -66,9 +66,11 @@ def test_continuous_batching_without_forks_repeats_each_prompt(tiny_lm, monkeypa
 
     from little_dragon.generation import sample
 
+    import transformers
+
     model, tok = tiny_lm
     prompts = ["sch blk matmul", "x", "post *"]
-    monkeypatch.setitem(sample._CB_FORKS, "ok", False)
+    monkeypatch.setitem(sample._CB_FORKS, transformers.__version__, False)
     torch.manual_seed(0)
     attempts = sample.sample_continuous(model, tok, prompts, 3, 6, 1.0)
     assert [len(a) for a in attempts] == [3, 3, 3]

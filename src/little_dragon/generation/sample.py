@@ -93,7 +93,20 @@ class LocalGenerator:
         return [flat[i * k:(i + 1) * k] for i in range(len(prompts))]
 
 
-_CB_FORKS: dict[str, bool] = {}   # whether this transformers forks a request into num_return_sequences
+# transformers version -> does its generate_batch fork a request into num_return_sequences (5.17 does not)
+_CB_FORKS: dict[str, bool] = {}
+
+
+def _cb_forks(model: Any, ids: list[list[int]], kw: dict[str, Any]) -> bool:
+    """Whether this transformers forks (probed once per version: one prompt, two sequences, one token)."""
+    import transformers
+    from transformers import GenerationConfig as HFGenerationConfig
+
+    v = transformers.__version__
+    if v not in _CB_FORKS:
+        probe = HFGenerationConfig(**{**kw, "max_new_tokens": 1, "num_return_sequences": 2})
+        _CB_FORKS[v] = len(model.generate_batch(inputs=ids[:1], generation_config=probe, progress_bar=False)) == 2
+    return _CB_FORKS[v]
 
 
 def sample_continuous(model: Any, tokenizer: Any, prompts: list[str], k: int, max_new_tokens: int,
@@ -101,13 +114,13 @@ def sample_continuous(model: Any, tokenizer: Any, prompts: list[str], k: int, ma
     """``k`` sampled completions per prompt through transformers' continuous batching (``generate_batch``):
     requests enter a paged KV cache as blocks free up, so there is no left padding and no decoding step is spent
     on an attempt that already ended; the k attempts of a prompt are forks of one request and share its prompt's
-    cache blocks (prefill once, not k times).  Greedy decoding (temperature 0) generates once and repeats it,
-    as ``sample_scripts`` does."""
+    cache blocks (prefill once, not k times), or, on a transformers without forks, the prompt sent k times.
+    Greedy decoding (temperature 0) generates once and repeats it, as ``sample_scripts`` does."""
     from transformers import GenerationConfig as HFGenerationConfig
 
     greedy = temperature <= 0
     n = 1 if greedy else max(1, k)
-    ids = [enc for enc in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
+    ids = list(tokenizer(prompts, add_special_tokens=False)["input_ids"])
     kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "num_return_sequences": n,
                           "eos_token_id": tokenizer.eos_token_id,
                           "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None
@@ -116,18 +129,14 @@ def sample_continuous(model: Any, tokenizer: Any, prompts: list[str], k: int, ma
     was_training = model.training
     model.eval()
     try:
-        if n > 1 and not _CB_FORKS.get("ok", True):
-            # a transformers without forks (5.17 ignores num_return_sequences here): each prompt k times instead
+        if n > 1 and not _cb_forks(model, ids, kw):
             kw["num_return_sequences"] = 1
             ids = [i for i in ids for _ in range(n)]
         out = model.generate_batch(inputs=ids, generation_config=HFGenerationConfig(**kw), progress_bar=False)
-        results = list(out.values())
-        if n > 1 and kw["num_return_sequences"] > 1 and len(results) == len(prompts):
-            _CB_FORKS["ok"] = False
-            return sample_continuous(model, tokenizer, prompts, k, max_new_tokens, temperature)
     finally:
         model.train(was_training)
-    # prompt-major: each request's forks come right before it (transformers orders the results so)
+    # prompt-major: each request's forks (or repeats) come right before the next prompt's
+    results = list(out.values())
     if len(results) != len(prompts) * n:
         raise RuntimeError(f"continuous batching returned {len(results)} completions for {len(prompts)} prompts x "
                            f"{n} (a failed request is logged by transformers)")
