@@ -160,3 +160,46 @@ def test_prefect_fanout_runs_one_task_per_workload(tmp_path, tiny_workloads, har
     names = sorted(r.name for r in runs if r.name.startswith("tune-"))
     assert names == sorted(f"tune-{w}" for w in wl["workload_id"])
     assert all(r.state.is_completed() for r in runs if r.name.startswith("tune-"))
+
+
+def _popen_workers_below(root: int, seen: set[int], stop) -> None:
+    """Collect the pids of TVM popen workers (``-m tvm.exec.popen_worker``) descending from ``root``."""
+    while not stop.is_set():
+        parents = {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    stat = Path(f"/proc/{d}/stat").read_text()
+                    parents[int(d)] = int(stat[stat.rindex(")") + 2:].split()[1])
+                except (OSError, ValueError):
+                    pass
+        for pid in parents:
+            p, depth = pid, 0
+            while p in parents and p != root and depth < 8:
+                p, depth = parents[p], depth + 1
+            if p == root and pid not in seen:
+                try:
+                    if b"tvm.exec.popen_worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        seen.add(pid)
+                except OSError:
+                    pass
+        time.sleep(0.05)
+
+
+def test_builder_and_runner_workers_live_across_workloads(tmp_path, tiny_workloads, harvest_cfg, timing_cfg):
+    """One harvest worker tunes three workloads with the same popen workers: builder_workers builders and one
+    runner, each a Python that imports TVM once (~3.4 s of CPU). TVM's LocalBuilder started builder_workers
+    new ones in every build call (here at least one per workload: 7 or more in all)."""
+    import threading
+
+    seen: set[int] = set()
+    stop = threading.Event()
+    watcher = threading.Thread(target=_popen_workers_below, args=(os.getpid(), seen, stop), daemon=True)
+    watcher.start()
+    try:
+        res = run_harvest(harvest_cfg, timing_cfg, tiny_workloads, tmp_path)
+    finally:
+        stop.set()
+        watcher.join(5)
+    assert res.ok == 3 and res.valid_records > 0
+    assert 1 <= len(seen) <= harvest_cfg.builder_workers + 1, sorted(seen)

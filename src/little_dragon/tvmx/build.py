@@ -7,7 +7,10 @@ reference into its workers.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any
+
+_BUILD_LOCK = threading.Lock()
 
 
 def fast_build(mod: Any, target: Any, _params: Any = None) -> Any:
@@ -20,14 +23,79 @@ def fast_build(mod: Any, target: Any, _params: Any = None) -> Any:
     return tvm.tirx.build(mod, target=target)
 
 
-def local_builder(max_workers: int, timeout_sec: float):
-    """MetaSchedule's LocalBuilder with ``fast_build``, minus its start-up sanity check (a throw-away popen
-    pool that imports TVM only to look up the build function: ~4 s per tuning run on 2 cores). A broken
-    build function still shows, as a build error on every candidate."""
-    from tvm.s_tir import meta_schedule as ms
+# A reused builder worker is recycled after this many builds: TVM restarts its builder pool at every call
+# "because of a known memory leak issue with the PopenPool workers after a couple times of usage"
+# (LocalBuilder.build); a recycled worker bounds that growth and costs one TVM import per 64 builds.
+BUILDER_MAX_USES = 64
 
-    return without_sanity_check(ms.builder.LocalBuilder)(max_workers=max_workers, timeout_sec=timeout_sec,
-                                                         f_build=fast_build)
+_BUILDERS: dict[tuple[int, float], Any] = {}
+
+
+def local_builder(max_workers: int, timeout_sec: float):
+    """MetaSchedule's LocalBuilder with ``fast_build``, one per process and setting, whose popen workers live
+    across ``build`` calls (recycled every ``BUILDER_MAX_USES`` builds; a timed-out or dead worker is
+    replaced by TVM's pool) and without its start-up sanity check (a throw-away popen pool that imports TVM
+    only to look up the build function; a broken build function still shows, as a build error on every
+    candidate).
+
+    TVM's LocalBuilder starts a fresh PopenPoolExecutor in every ``build`` call: with 16 trials per workload
+    that was 1-2 calls per workload, each starting ``max_workers`` Python processes that import TVM (and,
+    through tvm_ffi, torch): ~3.4 s of CPU each, ~40% of a 5-workload harvest's CPU (results/pipeline-cpu.md,
+    session 7)."""
+    key = (int(max_workers), float(timeout_sec))
+    builder = _BUILDERS.get(key)
+    if builder is None:
+        builder = _BUILDERS[key] = _persistent_builder_cls()(max_workers=max_workers, timeout_sec=timeout_sec,
+                                                              f_build=fast_build)
+    return builder
+
+
+_PERSISTENT: list[Any] = []
+
+
+def _persistent_builder_cls() -> Any:
+    """LocalBuilder (sanity check off) whose ``build`` maps the inputs over one long-lived PopenPoolExecutor;
+    otherwise TVM's ``LocalBuilder.build``: the same worker function, the same results and error texts."""
+    if not _PERSISTENT:
+        from tvm.ir.utils import derived_object
+        from tvm.s_tir import meta_schedule as ms
+        from tvm.s_tir.meta_schedule.builder import BuilderResult
+        from tvm.s_tir.meta_schedule.builder import local_builder as tvm_lb
+        from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+
+        @derived_object
+        class PersistentLocalBuilder(without_sanity_check(ms.builder.LocalBuilder)._cls):
+            def build(self, build_inputs: list) -> list:
+                with _BUILD_LOCK:
+                    pool = getattr(self, "_popen_pool", None)
+                    if pool is None:
+                        pool = self._popen_pool = PopenPoolExecutor(
+                            max_workers=self.max_workers, timeout=self.timeout_sec, initializer=self.initializer,
+                            maximum_process_uses=BUILDER_MAX_USES)
+                args = [(self.f_build, self.f_export, b.mod, b.target, tvm_lb._serialize_params(b.params))
+                        for b in build_inputs]
+                results = []
+                for res in pool.map_with_error_catching(lambda x: tvm_lb._worker_func(*x), args):
+                    if res.status == StatusKind.COMPLETE:
+                        results.append(BuilderResult(res.value, None))
+                    elif res.status == StatusKind.TIMEOUT:
+                        results.append(BuilderResult(
+                            None, f"LocalBuilder: Timeout, killed after {self.timeout_sec} seconds"))
+                    elif res.status == StatusKind.EXCEPTION:
+                        results.append(BuilderResult(None, "LocalBuilder: An exception occurred\n" + str(res.value)))
+                    else:
+                        raise ValueError(f"Unreachable: unexpected result: {res}")
+                return results
+
+            def worker_pids(self) -> list[int]:
+                """Process ids of the live popen workers (for tests and benchmarks)."""
+                pool = getattr(self, "_popen_pool", None)
+                if pool is None:
+                    return []
+                return sorted(w._proc.pid for w in pool._worker_map.values() if w.is_alive())
+
+        _PERSISTENT.append(PersistentLocalBuilder)
+    return _PERSISTENT[0]
 
 
 _UNCHECKED: dict[Any, Any] = {}
