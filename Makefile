@@ -6,6 +6,11 @@ export DVC_NO_ANALYTICS := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export GX_ANALYTICS_ENABLED := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# Python caches the bytecode of each module the first time a process imports it (its default; some machines,
+# this one included, set PYTHONDONTWRITEBYTECODE=1): every stage, worker and server imports torch/TVM/MLflow/GE/
+# Prefect, and without a cache each process compiled them from source again. Compiling all 25,567 installed
+# files at install instead cost ~50 s of CPU for the ~30% the pipeline imports (results/pipeline-cpu.md, s. 7)
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup pipeline test test-fast lint
 

@@ -10,10 +10,11 @@ if [ -f "$stamp" ]; then exit 0; fi
 python3() { PATH="$(printf %s "$PATH" | tr ':' '\n' | grep -vx "$PWD/.venv/bin" | paste -sd: -)" command python3 "$@"; }
 python3 -m pip install -q --disable-pip-version-check uv >/dev/null 2>&1 || python3 -m pip install -q uv
 [ -x .venv/bin/python ] || python3 -m uv venv -q --python "$(PATH="$(printf %s "$PATH" | tr ':' '\n' | grep -vx "$PWD/.venv/bin" | paste -sd: -)" command -v python3)" .venv
-# bytecode compiled once at install: every stage, worker and server imports torch/TVM/MLflow/GE/Prefect,
-# and where PYTHONDONTWRITEBYTECODE is set (this machine) each process otherwise compiled them from
-# source again (~8 s of CPU per stage process, 35% of a Great Expectations stage; results/pipeline-cpu.md)
-export UV_PYTHON=.venv/bin/python UV_LINK_MODE=copy UV_COMPILE_BYTECODE=1
+# no bytecode compiled at install: uv would compile all ~25,600 installed files (~50 s of CPU on 2 cores), of
+# which the pipeline imports ~30%. Python writes each imported module's bytecode once, at its first import
+# (the Makefile unsets PYTHONDONTWRITEBYTECODE, which this machine sets); without either, every process
+# compiled torch/TVM/MLflow/GE/Prefect from source again (results/pipeline-cpu.md, sessions 6 and 7)
+export UV_PYTHON=.venv/bin/python UV_LINK_MODE=copy UV_COMPILE_BYTECODE=0
 torch_wheel=$(ls /opt/wheels/torch-2.13.0+cpu-cp311-*.whl 2>/dev/null | head -n1 || true)
 overrides=$(mktemp)
 if [ -n "$torch_wheel" ]; then
