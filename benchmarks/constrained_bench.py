@@ -230,7 +230,7 @@ def _clear_caches(mod: Any, tok: Any) -> None:
     """Per-process caches of a constrained module (prefix facts, compiled grammars): each timed arm
     starts cold, as a new batch of prompts would (llguidance's view of the tokenizer is kept: once per
     process)."""
-    for name in ("_DECODED", "_STATES"):
+    for name in ("_DECODED", "_STATES", "_LIVE"):  # _LIVE: the prefixes' live schedules (kept before: warm)
         cache = getattr(mod, name, None)
         if cache is not None:
             cache.data.clear()
@@ -337,17 +337,21 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
         work0 = getattr(engine, "compile_work_s", None)
         torch.manual_seed(args.seed)
         timer.calls.clear()
-        background = getattr(mod, "BACKGROUND", None)
-        if mode:
-            mod.BACKGROUND = {"bg": True, "fg": False}[mode]
+        # +bg / +fg: the step's work beside the forward pass or not (BACKGROUND); +threads / +inline: line
+        # grammars compiled in worker threads or inline (COMPILE_THREADS; code older than it has none)
+        knob = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
+                "inline": ("COMPILE_THREADS", False)}.get(mode) if mode else None
+        saved = getattr(mod, knob[0], None) if knob else None
+        if knob:
+            setattr(mod, *knob)
         t0 = time.perf_counter()
         try:
             res = mod.generate_constrained(model, tok, prompts, args.k, args.max_new_tokens, args.temperature,
                                            batch_size=args.batch_size, max_resamples=args.max_resamples,
                                            semantic=(kind == "constrained"))
         finally:
-            if mode:
-                mod.BACKGROUND = background
+            if knob:
+                setattr(mod, knob[0], saved)
         first, final, gen_s = res.first_scripts, res.scripts, res.first_seconds
         extra_s = res.seconds - res.first_seconds
         extra = {"stats": res.stats.as_dict(), "resample_s": extra_s, "generated": getattr(res, "first_generated", None),
@@ -557,7 +561,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="free, syntax (grammar only), constrained (grammar + workload semantics); "
                          "constrained@REV / syntax@REV: the constraint's code as of git revision REV (before/after); "
                          "constrained+bg / +fg: a step's constraint work beside the forward pass in a thread, or not "
-                         "(default: beside it where the model is on an accelerator)")
+                         "(default: beside it where the model is on an accelerator); constrained+threads / +inline: "
+                         "line grammars compiled in worker threads or inline (default: threads on an accelerator)")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs of each arm, round robin (median reported)")
     ap.add_argument("--evaluate", action="store_true", help="correctness and speedup through the Evaluator")
     ap.add_argument("--threads", type=int, default=0)

@@ -167,10 +167,11 @@ class TokenEngine:
                 if g not in self._cache and g not in self._inflight:
                     self._inflight[g] = _pool().submit(self._compile, g)
 
-    def matchers(self, grammars: list[str], stats: ConstraintStats | None = None) -> dict[str, Any]:
+    def matchers(self, grammars: list[str], stats: ConstraintStats | None = None,
+                 parallel: bool = True) -> dict[str, Any]:
         """Compiled matchers of ``grammars`` (cached by text, i.e. by the schedule facts the text is written
-        from): the missing ones are compiled in parallel (llguidance drops the GIL while compiling), or
-        collected from ``start``.  The caller deep-copies before use."""
+        from): the missing ones are compiled in parallel (``parallel``: llguidance drops the GIL while
+        compiling), or collected from ``start``.  The caller deep-copies before use."""
         with self._lock:
             out = {g: self._cache.get(g) for g in grammars}
             waiting = {g: self._inflight[g] for g, m in out.items() if m is None and g in self._inflight}
@@ -178,7 +179,7 @@ class TokenEngine:
         if not (todo or waiting):
             return out
         t0 = time.perf_counter()
-        if len(todo) > 1 and _workers() > 1:
+        if parallel and len(todo) > 1 and _workers() > 1:
             futures = {g: _pool().submit(self._compile, g) for g in todo}
             compiled = {g: f.result() for g, f in futures.items()}
         else:
@@ -243,6 +244,18 @@ def _pool() -> Any:
 # the next step's constraint work in a background thread during the forward pass: None = where the model
 # runs on an accelerator (its forward pass leaves the host free), True/False = always/never (tests, benchmarks)
 BACKGROUND: bool | None = None
+# line grammars compiled in worker threads (started as soon as a line ends, several of a step in parallel):
+# None = where the model runs on an accelerator, True/False = always/never.  On a CPU the model's own step
+# needs the cores: compile threads beside it were slower there (GIL hand-offs after every compile and torch op,
+# cores oversubscribed; results/constrained-decoding.md, session 7), so the compiles run inline in order.
+COMPILE_THREADS: bool | None = None
+
+
+def _compile_threads(device: Any) -> bool:
+    """Whether line grammars compile in worker threads for a model on ``device`` (``COMPILE_THREADS``)."""
+    if COMPILE_THREADS is not None:
+        return COMPILE_THREADS
+    return getattr(device, "type", "cpu") != "cpu" and _workers() > 1
 
 
 @functools.lru_cache(maxsize=1)
@@ -599,13 +612,14 @@ def _executor() -> Any:
 _SHIFTS: dict[Any, Any] = {}
 
 
-def prepare(constraints: list[ScriptConstraint]) -> None:
-    """Compile the pending line grammars of ``constraints`` at once (distinct ones in parallel), so that a
-    decoding step where several attempts ended a line waits for one compile, not one per attempt."""
+def prepare(constraints: list[ScriptConstraint], parallel: bool = True) -> None:
+    """Compile the pending line grammars of ``constraints`` at once (distinct ones in parallel when
+    ``parallel``), so that a decoding step where several attempts ended a line waits for one compile, not one
+    per attempt."""
     todo = [c for c in constraints if c.pending is not None and not (c.dead or c.done)]
     if len(todo) < 2:
         return
-    compiled = todo[0].engine.matchers(list(dict.fromkeys(c.pending for c in todo)), todo[0].stats)
+    compiled = todo[0].engine.matchers(list(dict.fromkeys(c.pending for c in todo)), todo[0].stats, parallel)
     for c in todo:
         c._matcher, c.pending = compiled[c.pending].deep_copy(), None
 
@@ -653,6 +667,7 @@ class CodecLogitsProcessor:
         self._bitmask = None
         self._advanced = False  # the last sampled tokens were consumed ahead (``ahead``)
         self._job: Any = None   # the Future of that work when it runs beside the forward pass (``BACKGROUND``)
+        self._threads = bool(COMPILE_THREADS)  # compiles in worker threads (``COMPILE_THREADS``; set per device)
 
     def ahead(self, input_ids: Any) -> None:
         """Consume the tokens just sampled before the model's next forward pass (a forward pre-hook
@@ -672,6 +687,7 @@ class CodecLogitsProcessor:
             return
         tokens = input_ids[:, -1].tolist()
         self._advanced = True
+        self._threads = _compile_threads(input_ids.device)
         background = BACKGROUND if BACKGROUND is not None else input_ids.device.type != "cpu"
         if background and _workers() > 1 and self._bitmask is not None:
             self._job = _line_worker().submit(self._next_masks, tokens)
@@ -683,18 +699,19 @@ class CodecLogitsProcessor:
         once (it runs while the next rows' lines are applied, and then during the forward pass)."""
         for c, tok in zip(self.constraints, tokens):
             c.advance(tok)
-            if c.pending is not None and not (c.dead or c.done):
+            if self._threads and c.pending is not None and not (c.dead or c.done):
                 self.engine.start([c.pending])
 
     def _next_masks(self, tokens: list[int]) -> None:
         self._consume(tokens)
-        prepare(self.constraints)
+        prepare(self.constraints, self._threads)
         fill_masks(self.constraints, self._bitmask)
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         masked = False
         if self._prompt_len is None:
             self._prompt_len = input_ids.shape[1]
+            self._threads = _compile_threads(scores.device)
         elif self._advanced:
             self._advanced = False
             job, self._job = self._job, None
@@ -707,7 +724,7 @@ class CodecLogitsProcessor:
         if self._bitmask is None:
             self._bitmask = allocate_bitmask(n, scores.shape[-1])
         if not masked:
-            prepare(self.constraints)
+            prepare(self.constraints, self._threads)
             fill_masks(self.constraints, self._bitmask)
         apply_bitmask(scores, self._bitmask)
         done = [i for i, c in enumerate(self.constraints) if c.done]

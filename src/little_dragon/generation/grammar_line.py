@@ -116,14 +116,31 @@ def _cat_rules() -> list[str]:
     alts, rules = ["SINT cr1"], []
     for n in range(1, MAX_LISTED_CANDIDATES + 1):
         more = f"SINT cr{n + 1}" if n < MAX_LISTED_CANDIDATES else "SINT SINT* probs? decision"
-        rules.append(f"cr{n}: probs? dd{n} | {more}")
-        rules.append(f'dd{n}: "=" DD{n}')
-        rules.append(f"DD{n}: / (" + "|".join(str(i) for i in range(n)) + ")/")
+        rules.append(f'cr{n}: probs? "=" DD{n} | {more}')
+        rules.append(f"DD{n}: / {_below(n)}/")
     for name, cands in sorted(CANDIDATES.items()):
         alts.append(f"cn_{name}")
-        rules.append(f'cn_{name}: "{name}" probs? dd{len(cands)}')
+        rules.append(f'cn_{name}: "{name}" probs? "=" DD{len(cands)}')
     rules.insert(0, "catsel: " + " | ".join(alts))
     return rules
+
+
+def _below(n: int) -> str:
+    """A regex of the decimal integers 0 .. n-1 (n <= 20), as character classes: the same language as the
+    alternation ``(0|1|..|n-1)``, cheaper for llguidance to compile (every line grammar holds 16 of them)."""
+    if n <= 10:
+        return f"[0-{n - 1}]"
+    return f"([0-9]|1[0-{n - 11}])"
+
+
+@functools.lru_cache(maxsize=1)
+def finished_grammar() -> str:
+    """After `post *` only the end of the script may follow (blank lines): ``start: _NL*`` with the codec's own
+    line-end terminal and ``%ignore``, nothing else (no other rule is reachable from that start, so the
+    language is that of the full grammar with this start).  One text for every schedule state: compiled once,
+    not once per finished attempt."""
+    keep = [line for line in _base_lines() if line.startswith(("_NL:", "%ignore"))]
+    return "\n".join([_line_start(False, True)] + keep) + "\n"
 
 
 def _line_start(first: bool, finished: bool) -> str:
@@ -184,6 +201,8 @@ def line_grammar(state: ScheduleState | None, first: bool = False, finished: boo
     """The Lark grammar (llguidance's dialect: the codec's, unchanged syntax) of the next line.
 
     ``state`` None: syntax only (no workload known, or the facts could not be computed)."""
+    if finished:
+        return finished_grammar()
     return _line_grammar(state_key(state), state, first, finished)
 
 
