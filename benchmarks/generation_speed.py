@@ -32,9 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=100)
     ap.add_argument("--attempts", type=int, default=8)
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[32])
-    ap.add_argument("--caches", nargs="+", default=["dynamic"], choices=["dynamic", "static", "continuous"],
+    ap.add_argument("--caches", nargs="+", default=["dynamic"], choices=["dynamic", "static", "continuous", "shared_prefix"],
                     help="KV cache implementations to time (static: transformers compiles the decoding step on a GPU; "
-                         "continuous: transformers' continuous batching with a paged cache, batch = what it schedules)")
+                         "continuous: transformers' continuous batching with a paged cache, batch = what it schedules; "
+                         "shared_prefix: one cache row per prompt read by its k attempts, generation/shared_prefix.py)")
     ap.add_argument("--max-new-tokens", type=int, default=768)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch default)")

@@ -13,13 +13,17 @@ class GenerationConfig:
                                          "attempt repeated k times).")
     batch_size: int = field(32, help="Sequences per generate() call (prompts x attempts); the KV cache of a "
                                      "batch is what bounds memory.")
-    cache_implementation: str = field("dynamic", help="KV cache of local generation: dynamic, static (preallocated; "
+    cache_implementation: str = field("shared_prefix", help="KV cache of local generation: dynamic, static (preallocated; "
                                                       "transformers then compiles the decoding step on a GPU, a "
                                                       "one-off compile per batch shape), or continuous (transformers' "
                                                       "continuous batching, generate_batch: a paged KV cache, no "
                                                       "padding, a finished attempt leaves the batch at once and the k "
                                                       "attempts of a prompt fork its prompt's cache; no logits "
-                                                      "processors, so not with constrained decoding). "
+                                                      "processors, so not with constrained decoding), or "
+                                                      "shared_prefix (generation/shared_prefix.py: one cache row "
+                                                      "per prompt, read once by its k attempts, whose tokens are "
+                                                      "interleaved after it; rows leave when their attempts end; "
+                                                      "not with constrained decoding). "
                                                       "benchmarks/generation_speed.py compares them.")
     constrained: bool = field(False, help="Constrained decoding (generation/constrained.py): only scripts the "
                                           "codec grammar accepts; needs that module.")

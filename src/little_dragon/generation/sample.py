@@ -86,6 +86,14 @@ class LocalGenerator:
                                  "(constrained decoding needs dynamic or static)")
             return sample_continuous(self.model, self.tokenizer, prompts, k, self.cfg.max_new_tokens,
                                      self.cfg.temperature)
+        if self.cfg.cache_implementation == "shared_prefix":
+            if self.logits_processor_factory is not None:
+                raise ValueError("generation.cache_implementation shared_prefix takes no logits processor "
+                                 "(constrained decoding needs dynamic or static)")
+            from little_dragon.generation.shared_prefix import sample_shared_prefix
+
+            return sample_shared_prefix(self.model, self.tokenizer, prompts, k, self.cfg.max_new_tokens,
+                                        self.cfg.temperature, prompts_per_chunk=max(1, self.cfg.batch_size // max(k, 1)))
         flat = sample_scripts(self.model, self.tokenizer, prompts, self.cfg.max_new_tokens, self.cfg.temperature,
                               batch_size=self.cfg.batch_size, num_return_sequences=k,
                               logits_processor_factory=self.logits_processor_factory, sort_by_length=True,

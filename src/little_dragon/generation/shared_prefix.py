@@ -1,0 +1,169 @@
+"""Shared-prefix sampling: the k attempts of a prompt read its KV cache once (``cache_implementation: shared_prefix``).
+
+``model.generate(num_return_sequences=k)`` copies every prompt k times: k prefills, k copies of the prompt's KV
+cache, and each decoding step reads all k copies again -- with kernels and scripts of 1.5-4k tokens and attempts
+of ~300, nearly all of a step's memory traffic is the same prompt read k times (the H200 profile of issue 13:
+attention over padded prompts was 51 of 88 ms per step). Here one cache row holds a prompt once, followed by its
+k attempts' tokens interleaved::
+
+    row i of the KV cache:  [pad..pad prompt_i][a0 a1 .. a(k-1)]@t=0 [a0 .. a(k-1)]@t=1 ...
+    (step t of attempt j sits at column Lp + t*k + j; Lp = the chunk's padded prompt length)
+
+Each decoding step is one forward of the model's own ``forward`` on the k next tokens of every row as k query
+positions, with a 4-D mask (attempt j sees the prompt's real tokens and its own earlier tokens, nothing else)
+and position ids ``len(prompt_i) + t``, so every attempt is computed exactly as if it were alone. Rows whose k
+attempts all ended leave the batch (their cache rows are dropped). Attention is ``grouped_sdpa``
+(``generation.grouped_attention``): GQA's shared K/V heads are read once, never repeated per query head.
+
+The cache, the model, the mask conventions are transformers' own (``DynamicCache``, a 4-D boolean mask passed
+as is); only the batching is ours: no library available to us (transformers' continuous batching builds one
+dense mask over the whole flattened batch with SDPA, forks copy blocks; vLLM/FlashInfer are not on the device)
+shares a prompt across samples. Sampling is plain temperature sampling (``top_k`` 0, as ``sample_scripts``
+asks ``generate`` for); temperature 0 is greedy, one attempt repeated k times.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+
+@dataclasses.dataclass
+class SharedPrefixOutput:
+    token_ids: list[list[list[int]]]        # per prompt, its k attempts' new tokens (EOS excluded)
+    logprobs: list[list[list[float]]]       # log p(token) under the (temperature-scaled) sampling distribution
+    steps: int                              # decoding steps run (the longest attempt)
+
+
+def sample_shared_prefix(model: Any, tokenizer: Any, prompts: list[str], k: int, max_new_tokens: int,
+                         temperature: float, prompts_per_chunk: int = 4,
+                         generator: Any = None) -> list[list[str]]:
+    """``k`` sampled completions per prompt (``scripts[i]`` are prompt ``i``'s), ``prompts_per_chunk`` prompts
+    (``k`` times as many sequences) decoded together; chunks hold prompts of similar length."""
+    out = sample_token_ids(model, tokenizer, prompts, k, max_new_tokens, temperature, prompts_per_chunk,
+                           generator=generator)
+    return [[tokenizer.decode(ids, skip_special_tokens=True) for ids in attempts] for attempts in out.token_ids]
+
+
+def sample_token_ids(model: Any, tokenizer: Any, prompts: list[str], k: int, max_new_tokens: int,
+                     temperature: float, prompts_per_chunk: int = 4, generator: Any = None) -> SharedPrefixOutput:
+    """Token ids and their log-probabilities; see ``sample_shared_prefix``."""
+    import torch
+
+    from little_dragon.generation.grouped_attention import grouped_sdpa
+
+    greedy = temperature <= 0
+    n = 1 if greedy else max(1, k)
+    enc = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    order = sorted(range(len(prompts)), key=lambda i: -len(enc[i]))
+    ids_out: list[list[list[int]]] = [[] for _ in prompts]
+    lp_out: list[list[list[float]]] = [[] for _ in prompts]
+    steps = 0
+    was_training = model.training
+    model.eval()
+    try:
+        with grouped_sdpa(model), torch.no_grad():
+            for c in range(0, len(order), max(1, prompts_per_chunk)):
+                chunk = order[c:c + max(1, prompts_per_chunk)]
+                toks, lps, s = _decode_chunk(model, [enc[i] for i in chunk], n, max_new_tokens, temperature,
+                                             _eos_ids(tokenizer), _pad_id(tokenizer), generator)
+                steps = max(steps, s)
+                for i, t, lp in zip(chunk, toks, lps):
+                    ids_out[i] = [a for a in t for _ in range(k // n)]
+                    lp_out[i] = [a for a in lp for _ in range(k // n)]
+    finally:
+        model.train(was_training)
+    return SharedPrefixOutput(ids_out, lp_out, steps)
+
+
+def _eos_ids(tokenizer: Any) -> set[int]:
+    eos = tokenizer.eos_token_id
+    return set(eos) if isinstance(eos, (list, tuple)) else {eos}
+
+
+def _pad_id(tokenizer: Any) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float,
+                  eos: set[int], pad: int, generator: Any) -> tuple[list[list[list[int]]], list[list[list[float]]], int]:
+    import torch
+
+    device = next(model.parameters()).device
+    rows = len(prompt_ids)
+    lp_ = max(len(p) for p in prompt_ids)
+    ids = torch.full((rows, lp_), pad, dtype=torch.long)
+    prefix = torch.zeros((rows, lp_), dtype=torch.bool)
+    for r, p in enumerate(prompt_ids):              # left padding: every prompt ends at column Lp - 1
+        ids[r, lp_ - len(p):] = torch.tensor(p, dtype=torch.long)
+        prefix[r, lp_ - len(p):] = True
+    ids, prefix = ids.to(device), prefix.to(device)
+    lengths = prefix.sum(1)                          # real prompt lengths: the first new token's position
+    pos = (prefix.long().cumsum(1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=prefix.long(), position_ids=pos, use_cache=True, logits_to_keep=1)
+    # transformers >= 5.24 names the cache `cache` (past_key_values is deprecated there, the only name in 5.17)
+    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    cache = getattr(out, cache_kw)              # updated in place by every later forward
+    tok, lp = _sample(out.logits[:, -1, :].float(), n, temperature, generator)      # (rows, n)
+    eos_t = torch.tensor(sorted(eos), device=device)
+    alive = torch.arange(rows, device=device)        # cache row -> chunk row
+    done = torch.zeros((rows, n), dtype=torch.bool, device=device)
+    # the suffix mask: attempt j sees column Lp + s*n + j' iff j' == j (s <= t)
+    eye = torch.eye(n, dtype=torch.bool, device=device)
+    hist_tok = torch.full((rows, n, max_new_tokens), pad, dtype=torch.long, device=device)
+    hist_lp = torch.zeros((rows, n, max_new_tokens), dtype=torch.float32, device=device)
+    n_steps = torch.zeros((rows, n), dtype=torch.long, device=device)   # tokens kept per attempt
+    t = 0
+    while True:
+        live = ~done
+        hist_tok[alive, :, t] = torch.where(live, tok, pad)
+        hist_lp[alive, :, t] = torch.where(live, lp, 0.0)
+        n_steps[alive] += live.long()
+        done = done | torch.isin(tok, eos_t)
+        t += 1
+        if t >= max_new_tokens or bool(done.all()):
+            break
+        keep = ~done.all(1)
+        if not bool(keep.all()):                     # rows whose attempts all ended leave the batch
+            idx = keep.nonzero().squeeze(1)
+            cache.batch_select_indices(idx)
+            alive, done, tok, prefix, lengths = alive[idx], done[idx], tok[idx], prefix[idx], lengths[idx]
+        b = alive.shape[0]
+        mask = torch.cat([prefix[:, None, None, :].expand(b, 1, n, lp_),
+                          eye.repeat(1, t)[None, None].expand(b, 1, n, n * t)], dim=-1)
+        pos_ids = (lengths + (t - 1))[:, None].expand(b, n)
+        out = model(input_ids=tok, attention_mask=mask, position_ids=pos_ids, use_cache=True, **{cache_kw: cache})
+        tok, lp = _sample(out.logits.float(), 1, temperature, generator)   # (b, n) from (b, n, V)
+    # EOS ends an attempt and is not part of it (skip_special_tokens would drop it anyway)
+    toks: list[list[list[int]]] = [[] for _ in range(rows)]
+    lps: list[list[list[float]]] = [[] for _ in range(rows)]
+    ht, hl, ns = hist_tok.cpu(), hist_lp.cpu(), n_steps.cpu()
+    for r in range(rows):
+        for j in range(n):
+            row = ht[r, j, :int(ns[r, j])].tolist()
+            lrow = hl[r, j, :int(ns[r, j])].tolist()
+            if row and row[-1] in eos:
+                row, lrow = row[:-1], lrow[:-1]
+            toks[r].append(row)
+            lps[r].append(lrow)
+    return toks, lps, t
+
+
+def _sample(logits: Any, n: int, temperature: float, generator: Any) -> tuple[Any, Any]:
+    """``n`` tokens per row of (rows, V) logits, or one per row of (rows, n, V); with their log-probs."""
+    import torch
+
+    if temperature <= 0:
+        lp = torch.log_softmax(logits, dim=-1)
+        tok = logits.argmax(-1)
+        if logits.dim() == 2:
+            tok = tok[:, None].expand(-1, n)
+            return tok, lp.gather(-1, tok)
+        return tok, lp.gather(-1, tok[..., None]).squeeze(-1)
+    lp = torch.log_softmax(logits / temperature, dim=-1)
+    flat = lp.reshape(-1, lp.shape[-1])
+    tok = torch.multinomial(flat.exp(), n if logits.dim() == 2 else 1, replacement=True, generator=generator)
+    if logits.dim() == 2:
+        return tok, flat.gather(-1, tok)
+    tok = tok.view(logits.shape[:-1])
+    return tok, lp.gather(-1, tok[..., None]).squeeze(-1)

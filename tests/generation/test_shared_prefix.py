@@ -1,0 +1,124 @@
+"""Shared-prefix sampling (generation.shared_prefix) and the grouped_sdpa attention it decodes with: every
+attempt must be computed exactly as if it were alone -- its prompt's real tokens, its own earlier tokens, its
+own positions -- although k attempts share one cache row and rows leave the batch as they finish."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+PROMPTS = ["sch blk matmul", "x", "loops b0 3\nsplit l1 = 4 8\nreorder l2 l3 l4", "post *",
+           "sch blk conv2d_nhwc\nloops b0 7\nsplit l3 = 2 2 7"]
+
+
+@pytest.fixture(scope="module")
+def gqa_lm(token_counter):
+    """A 2-layer Llama with 4 query heads over 2 K/V heads (so the fold's head order matters), random weights."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=token_counter.tokenizer, eos_token="<|endoftext|>",
+                                  clean_up_tokenization_spaces=False)
+    tok.pad_token = tok.eos_token
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id, attn_implementation="sdpa")
+    return LlamaForCausalLM(cfg).eval(), tok
+
+
+def _alone_logprobs(model, tok, prompt: str, new: list[int], temperature: float) -> list[float]:
+    """Teacher-forced log p(token) of ``new`` after ``prompt``, one unpadded sequence, stock sdpa attention."""
+    import torch
+
+    p = tok(prompt, add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([p + new])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(p) - 1:len(p) - 1 + len(new)].float()
+    lp = torch.log_softmax(logits / temperature, dim=-1)
+    return lp.gather(-1, torch.tensor(new)[:, None]).squeeze(-1).tolist()
+
+
+def test_each_attempt_is_computed_as_if_alone(gqa_lm):
+    """Sampled attempts: the log-probability the sampler drew each token with equals the model's on that
+    attempt alone (wrong masks, positions, head order or row dropping would change it)."""
+    import torch
+
+    from little_dragon.generation.shared_prefix import sample_token_ids
+
+    model, tok = gqa_lm
+    g = torch.Generator().manual_seed(1)
+    out = sample_token_ids(model, tok, PROMPTS, 3, 12, 1.0, prompts_per_chunk=3, generator=g)
+    assert [len(a) for a in out.token_ids] == [3] * len(PROMPTS)
+    assert model.config._attn_implementation == "sdpa"       # switched back
+    for prompt, attempts, lps in zip(PROMPTS, out.token_ids, out.logprobs):
+        for new, lp in zip(attempts, lps):
+            assert len(new) == len(lp) and 0 < len(new) <= 12
+            assert lp == pytest.approx(_alone_logprobs(model, tok, prompt, new, 1.0), abs=2e-4)
+    # three attempts of a random model at temperature 1 are not all the same
+    assert any(len({tuple(a) for a in attempts}) > 1 for attempts in out.token_ids)
+
+
+def test_greedy_equals_the_padded_sampler(gqa_lm):
+    from little_dragon.generation.shared_prefix import sample_shared_prefix
+    from little_dragon.training.callbacks import sample_scripts
+
+    model, tok = gqa_lm
+    shared = sample_shared_prefix(model, tok, PROMPTS, 2, 8, 0.0, prompts_per_chunk=2)
+    padded = sample_scripts(model, tok, PROMPTS, 8, 0.0, batch_size=4, num_return_sequences=2)
+    assert [s for a in shared for s in a] == padded
+
+
+def test_finished_rows_leave_the_batch(gqa_lm):
+    """A row whose attempts all ended leaves the batch (its cache row dropped): the rows left are still
+    computed as alone (log-probs), and nothing of an ended attempt follows its end token."""
+    import torch
+
+    from little_dragon.generation.shared_prefix import sample_token_ids
+
+    model, tok = gqa_lm
+    # a sharper copy (logits x 300): sampled attempts stay near the greedy ones
+    model = copy.deepcopy(model)
+    model.lm_head.weight.data *= 300
+    # the end token: the first token of the prompt whose first step is the most certain, so that prompt's row
+    # ends at once while the other rows go on
+    probs = []
+    for prompt in PROMPTS:
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([tok(prompt, add_special_tokens=False)["input_ids"]])).logits
+        probs.append(torch.softmax(logits[0, -1].float(), -1).max(-1))
+    first = max(range(len(PROMPTS)), key=lambda i: float(probs[i].values))
+    top = int(probs[first].indices)
+    assert float(probs[first].values) > 0.999
+    tok2 = copy.deepcopy(tok)
+    tok2.eos_token = tok.convert_ids_to_tokens(top)
+    assert tok2.eos_token_id == top != tok.eos_token_id
+    g = torch.Generator().manual_seed(2)
+    out = sample_token_ids(model, tok2, PROMPTS, 4, 16, 1.0, prompts_per_chunk=5, generator=g)
+    lengths = [[len(a) for a in attempts] for attempts in out.token_ids]
+    assert lengths[first] == [0, 0, 0, 0]                   # ended at its first token: left the batch
+    assert max(max(ls) for i, ls in enumerate(lengths) if i != first) > 1   # others decoded on after it left
+    for prompt, attempts, lps in zip(PROMPTS, out.token_ids, out.logprobs):
+        for new, lp in zip(attempts, lps):
+            assert top not in new
+            if new:
+                assert lp == pytest.approx(_alone_logprobs(model, tok2, prompt, new, 1.0), abs=5e-3)
+
+
+def test_grouped_sdpa_equals_repeated_kv(gqa_lm):
+    """The fold (query heads of a K/V head along the query axis) gives transformers' sdpa result, masked."""
+    import torch
+
+    from little_dragon.generation.grouped_attention import grouped_sdpa_forward
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    model, _ = gqa_lm
+    attn = model.model.layers[0].self_attn
+    torch.manual_seed(3)
+    q, kv = torch.randn(3, 4, 5, 16), [torch.randn(3, 2, 11, 16) for _ in range(2)]
+    mask = torch.rand(3, 1, 5, 11) > 0.3
+    mask[..., 0] = True
+    ours, _ = grouped_sdpa_forward(attn, q, *kv, mask, scaling=0.25)
+    ref, _ = sdpa_attention_forward(attn, q, *kv, mask, scaling=0.25)
+    assert ours.shape == ref.shape == (3, 5, 4, 16)
+    assert torch.allclose(ours, ref, atol=1e-5)
