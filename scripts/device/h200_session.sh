@@ -15,6 +15,7 @@
 #   3 carry [.devcarry/c3]                             sft bench GGUF part 3, SFT (writes /opt/ld/sft), speed
 #   4 (nothing carried)                                eval      sealed CUDA evaluation  (bash /opt/ld/h200_session.sh eval)
 #   5 (nothing carried)                                ab        constrained vs free A/B (bash /opt/ld/h200_session.sh ab)
+# `tree` before a step runs that step on the work tree the call carried (e.g. `bash /opt/ld/h200_session.sh tree ab`).
 # Generation only (no TVM): h200_prepare.sh --no-tvm builds c1 (GGUF part 1) and c2 (the rest, the training
 # wheels in c2/wheels, snapshot, data); call 1 `stage`, call 2 `install sft bench` (BENCH_* pick the rows).
 #
@@ -32,6 +33,15 @@ mkdir -p "$ROOT" "$OUT"
 export HF_HUB_OFFLINE=1 MLFLOW_ENABLE_TELEMETRY=false DO_NOT_TRACK=true DRAGON_NO_MLFLOW=1
 log() { echo "[$(date +%H:%M:%S)] $*"; }
 
+# the CUDA split where the stage CLIs look for it, the slim harvest where the MetaSchedule baselines do
+link_data() {
+  mkdir -p "$1/artifacts" "$1/data"
+  rm -rf "$1/artifacts/datasets" "$1/artifacts/sealed" "$1/data/harvest"
+  ln -s "$ROOT/cudads/datasets" "$1/artifacts/datasets"
+  ln -s "$ROOT/cudads/sealed" "$1/artifacts/sealed"
+  ln -s "$ROOT/slim/data/harvest" "$1/data/harvest"
+}
+
 env_tvm() { [ -f "$ROOT/env.sh" ] && . "$ROOT/env.sh"; export PYTHONPATH="$SNAP/src${PYTHONPATH:+:$PYTHONPATH}"; }
 
 step_stage() {
@@ -46,12 +56,7 @@ step_install() {
   tar -xJf "$here/snap.tar.xz" -C "$SNAP"
   cp "$here/h200_session.sh" "$ROOT/h200_session.sh"   # calls 4 and 5 carry nothing: bash /opt/ld/h200_session.sh STEP
   tar -xJf "$here/cudads.tar.xz" -C "$ROOT"
-  # the CUDA split where the stage CLIs look for it, the slim harvest where the MetaSchedule baselines do
-  mkdir -p "$SNAP/artifacts" "$SNAP/data"
-  rm -rf "$SNAP/artifacts/datasets" "$SNAP/artifacts/sealed" "$SNAP/data/harvest"
-  ln -s "$ROOT/cudads/datasets" "$SNAP/artifacts/datasets"
-  ln -s "$ROOT/cudads/sealed" "$SNAP/artifacts/sealed"
-  ln -s "$ROOT/slim/data/harvest" "$SNAP/data/harvest"
+  link_data "$SNAP"
   if [ -n "${TVM_B:-}" ]; then
     bash "$TVM_B/install.sh"
     env_tvm
@@ -94,7 +99,7 @@ step_bench() {
   env_tvm; cd "$SNAP"
   timeout "${BENCH_BOX:-200}" "$PY" benchmarks/generation_speed.py --model "$SFT_DIR/out" \
     --rows artifacts/datasets/train.jsonl --prompts "${BENCH_PROMPTS:-100}" --attempts "${BENCH_ATTEMPTS:-8}" --batch-sizes ${BENCH_BATCHES:-800 400} \
-    --caches ${BENCH_CACHES:-dynamic} --max-new-tokens "${BENCH_TOKENS:-1024}" --json "$OUT/${BENCH_NAME:-generation_speed_h200}.json" \
+    --caches ${BENCH_CACHES:-shared_prefix static} --max-new-tokens "${BENCH_TOKENS:-1024}" --json "$OUT/${BENCH_NAME:-generation_speed_h200}.json" \
     || log "bench: stopped (rows measured so far are in $OUT/generation_speed_h200.json)"
 }
 
@@ -111,7 +116,19 @@ step_ab() {
     || log "ab: stopped (arms measured so far are in $OUT)"
 }
 
-[ $# -gt 0 ] || { echo "usage: h200_session.sh STEP [STEP ...] (stage install sft bench eval ab)" >&2; exit 2; }
+step_tree() {
+  # the steps after it run the code of the work tree this call carried (committed or not) instead of the
+  # snapshot: a fix made after the snapshot was built reaches the device without a new carry
+  [ -d src/little_dragon ] || { echo "tree: run from the work tree's root" >&2; exit 2; }
+  rm -rf "$ROOT/tree" && mkdir -p "$ROOT/tree"
+  cp -r src scripts benchmarks configs params.yaml pyproject.toml "$ROOT/tree/"
+  git rev-parse --short HEAD > "$ROOT/tree/COMMIT" 2>/dev/null || echo tree > "$ROOT/tree/COMMIT"
+  link_data "$ROOT/tree"
+  SNAP=$ROOT/tree
+  log "code: the carried work tree ($(cat "$SNAP/COMMIT") + uncommitted changes)"
+}
+
+[ $# -gt 0 ] || { echo "usage: h200_session.sh STEP [STEP ...] (stage install tree sft bench eval ab)" >&2; exit 2; }
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
 for s in "$@"; do
   t0=$(date +%s); log "step $s"
