@@ -40,8 +40,8 @@ def local_builder(max_workers: int, timeout_sec: float):
 
     TVM's LocalBuilder starts a fresh PopenPoolExecutor in every ``build`` call: with 16 trials per workload
     that was 1-2 calls per workload, each starting ``max_workers`` Python processes that import TVM (and,
-    through tvm_ffi, torch): ~3.4 s of CPU each, ~40% of a 5-workload harvest's CPU (results/pipeline-cpu.md,
-    session 7)."""
+    through tvm_ffi, torch): ~3.4 s of CPU each. Kept alive: 5 workloads x 16 trials started 3 popen workers
+    instead of 17, 126 s of CPU instead of 158 (results/pipeline-cpu.md, session 7)."""
     key = (int(max_workers), float(timeout_sec))
     builder = _BUILDERS.get(key)
     if builder is None:
