@@ -122,3 +122,28 @@ def test_grouped_sdpa_equals_repeated_kv(gqa_lm):
     ref, _ = sdpa_attention_forward(attn, q, *kv, mask, scaling=0.25)
     assert ours.shape == ref.shape == (3, 5, 4, 16)
     assert torch.allclose(ours, ref, atol=1e-5)
+
+
+def test_the_cache_is_written_in_place(gqa_lm):
+    """After the prefill every layer writes its new columns into one preallocated buffer (no concatenation
+    copying the cache at every step): the keys are views of the same storage, growing, and the prefill's kept."""
+    import torch
+
+    from little_dragon.generation.shared_prefix import _preallocate
+
+    model, tok = gqa_lm
+    ids = torch.tensor([tok(PROMPTS[2], add_special_tokens=False)["input_ids"]] * 2)
+    with torch.no_grad():
+        cache = model(input_ids=ids, use_cache=True).past_key_values
+        before = cache.layers[0].keys.clone()
+        _preallocate(cache, ids.shape[1] + 6)
+        ptr = cache.layers[0].keys.data_ptr()
+        for step in range(3):
+            model(input_ids=ids[:, :2], position_ids=torch.tensor([[ids.shape[1] + step] * 2] * 2),
+                  past_key_values=cache, use_cache=True)
+    layer = cache.layers[0]
+    assert layer.keys.data_ptr() == ptr and layer.keys.shape[-2] == ids.shape[1] + 6
+    assert cache.get_seq_length() == ids.shape[1] + 6
+    assert torch.equal(layer.keys[:, :, :ids.shape[1]], before)
+    with pytest.raises(RuntimeError, match="cache full"), torch.no_grad():
+        model(input_ids=ids[:, :1], past_key_values=cache, use_cache=True)
