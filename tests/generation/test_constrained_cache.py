@@ -157,11 +157,20 @@ def test_cheaper_cat_chain_and_finished_grammar_mask_as_the_grammars_they_replac
     many = " ".join(str(i) for i in range(20))
     for line in ["cat 0 16 64 = 2\n", "cat 0 16 = 2\n", "cat 1 2 3 4 5 6 7 8 9 10 11 12 = 11\n",
                  "cat 1 2 3 4 5 6 7 8 9 10 11 12 = 12\n", "ann b0 .unroll_explicit cat unroll = 3\n",
-                 "ann b0 .unroll_explicit cat unroll = 4\n", "ann l1 k cat threads ~ 0.5 0.5 = 5\n",
-                 f"ann b0 .unroll_explicit cat {many} = 19\n", "cat 4 8 ~ 0.25 0.75 = 1\n", "cat 3 = 0\n",
+                 "ann b0 .unroll_explicit cat unroll = 4\n",
+                 f"ann b0 .unroll_explicit cat {many} = 19\n", "cat 3 = 0\n",
                  "ann b2 .unroll_explicit cat lanes8 = 3\n"]:
         ids = _ids(smollm2, line)
         assert (_masks_of(engine, old, ids) == _masks_of(engine, new, ids)).all(), line
+    # with probabilities the chain is narrower now (issue 16: one probability per candidate, the decoder's "wrong
+    # number of probabilities"; the old chain let any number through): a subset of the old masks at every token,
+    # the same lines accepted, the wrong count refused
+    for line in ["ann l1 k cat threads ~ 0.1 0.1 0.1 0.1 0.1 0.5 = 5\n", "cat 4 8 ~ 0.25 0.75 = 1\n"]:
+        ids = _ids(smollm2, line)
+        o, n = _masks_of(engine, old, ids), _masks_of(engine, new, ids)
+        assert len(o) == len(n) == len(ids) + 1 and not (n & ~o).any(), line
+    ids = _ids(smollm2, "ann l1 k cat threads ~ 0.5 0.5 = 5\n")
+    assert len(_masks_of(engine, old, ids)) == len(ids) + 1 > len(_masks_of(engine, new, ids))
     full_finished = gl._fixed_rules() + gl._line_start(False, True) + "\n" + gl._semantic_rules(None) + "\n"
     assert gl.line_grammar(None, finished=True) == gl.finished_grammar() != full_finished
     for tail in ["\n", "\n\n", "", "x", " \n"]:

@@ -47,11 +47,12 @@ import time
 from typing import Any
 
 from little_dragon.generation.constrain_state import ScheduleState, extend, live_state, replay
-from little_dragon.generation.grammar_line import line_grammar
+from little_dragon.generation.grammar_line import line_grammar, reorder_derivable, tiling_run
 
 log = logging.getLogger(__name__)
 
 _TARGET_RE = re.compile(r"^### Target: (.*)$", re.M)
+_DERIVED_POST = re.compile(r"post[ \t]*\*")
 _WORKLOAD_RE = re.compile(r"### Workload:\n(.*?)\n### (?:Script|Previous script):\n", re.S)
 
 
@@ -431,7 +432,23 @@ class ScriptConstraint:
 
     # -- line bookkeeping
     def _grammar(self, first: bool) -> str:
-        return line_grammar(self.state, first=first, finished=self.finished)
+        if self.finished:
+            return line_grammar(self.state, first=first, finished=True)
+        if not self.text:
+            return line_grammar(self.state, first=first, finished=False, reorder_derived=False)
+        # the order rules of a multi-level tiling, from the decoded prefix: `reorder *` only where the decoder
+        # derives it (right after the tile lines of a `tiling` annotation's `loops`), and inside such a run each
+        # of those loops' `tile` line has as many factors as the structure has S or R levels
+        decoded = _decoded(self.text)
+        derived = reorder_derivable(decoded.trace)
+        run = tiling_run(decoded.trace)
+        if run is None:
+            return line_grammar(self.state, first=first, finished=False, reorder_derived=derived)
+        counts, tvm_loops = run
+        names = {tvm: mine for mine, tvm in decoded.defined.items()}
+        loops = frozenset(int(names[t][1:]) for t in tvm_loops if t in names)
+        return line_grammar(self.state, first=first, finished=False, reorder_derived=derived,
+                            tile_counts=counts, tile_loops=loops)
 
     def _new_line(self, first: bool = False) -> None:
         t0 = time.perf_counter()
@@ -471,7 +488,7 @@ class ScriptConstraint:
     def _line_done(self, line: str) -> None:
         self.stats.lines += 1
         candidate = self.text + line + "\n"
-        if line.strip().startswith("post") and line.strip() != "post" and line.split()[-1] == "*":
+        if _DERIVED_POST.fullmatch(line.strip()):  # `post *` (also `post*`: the codec reads it so)
             self.finished = True  # `post *`: the post-processing is derived and checked by the final decode
             self.text = candidate
             self.pending, self._matcher = self._grammar(False), None

@@ -28,7 +28,7 @@ import functools
 import json
 import re
 
-from little_dragon.codec.kinds import CANDIDATES
+from little_dragon.codec.kinds import CANDIDATES, INTRIN_FULL
 from little_dragon.generation.constrain_state import ScheduleState
 
 NEVER = r"/[^\s\S]/"  # a terminal that matches nothing (no such variable exists yet)
@@ -52,26 +52,64 @@ def _divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
-def _tile_rules(loops: dict[int, int | None]) -> list[str]:
+def _tile_rules(loops: dict[int, int | None], counts: tuple[int, ...] = (),
+                restricted: frozenset[int] = frozenset()) -> list[str]:
     """``tile l<k> [m=M] = t1 .. tN`` with t1*..*tN == extent(l<k>): ``g<r>`` is one or more factors whose
-    product is r, each a divisor of what remains; loops of unknown extent keep the generic decision."""
-    rules, alts, need = [], [], set()
+    product is r, each a divisor of what remains; loops of unknown extent keep the generic decision.
+
+    [tiling order] the loops in ``restricted`` (those of a multi-level tiling's `loops` line, not yet tiled:
+    ``tiling_run``) take exactly N factors, N in ``counts`` (the tiling structure's S and R level counts):
+    ``g<r>c<n>``, n factors of product r.  Otherwise `reorder *`, which the tiling's own `reorder` is, does not
+    follow (the decoder derives it only from groups of those lengths)."""
+    rules, alts, need, need_c = [], [], set(), set()
+    top = max(counts, default=0)
     for k, extent in sorted(loops.items()):
-        if extent is not None and extent > 0:
+        if extent is not None and extent > 0 and k in restricted and counts:
+            alts.append(f"tl{k}")
+            rules.append(f'tl{k}: "l{k}" o_m? "=" (' + " | ".join(f"g{extent}c{n}" for n in sorted(counts)) + ")")
+            need_c.update((r, n) for r in _divisors(extent) for n in range(1, top + 1))
+        elif extent is not None and extent > 0:
             alts.append(f"tl{k}")
             rules.append(f'tl{k}: "l{k}" o_m? "=" g{extent}')
             need.update(_divisors(extent))
         else:
             alts.append(f"tg{k}")
-            rules.append(f'tg{k}: "l{k}" o_m? decision')
+            rules.append(f'tg{k}: "l{k}" o_m? pdecision')
     for r in sorted(need):
         # the last factor is what remains; a 1 may repeat (unit levels are common)
         body = [f'" {r}"'] + [f'" {d}" g{r // d}' for d in _divisors(r)]
         rules.append(f"g{r}: " + " | ".join(body))
+    for r, n in sorted(need_c):
+        body = [f'" {r}"'] if n == 1 else [f'" {d}" g{r // d}c{n - 1}' for d in _divisors(r)]
+        rules.append(f"g{r}c{n}: " + " | ".join(body))
     rules.insert(0, 'k_tile: "tile" (' + (" | ".join(alts) if alts else "NEVERTILE") + ")")
     if not alts:
         rules.append(f"NEVERTILE: {NEVER}")
     return rules
+
+
+def tiling_run(trace_json: list) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
+    """A multi-level tiling in progress at the end of a decoded prefix: the last instructions are the `tiling`
+    annotation of a block, the `loops` of that block, then only `tile` lines (SamplePerfectTile + Split by its
+    values, as MetaSchedule's MultiLevelTiling writes them).  Returns (the S and R level counts of the tiling
+    structure, the TVM names of that `loops` line's loops), or None (no such run: the tile lines are free)."""
+    from little_dragon.codec.derive import _structure, _tile_groups
+    from little_dragon.codec.kinds import TILING_KEY
+
+    insts = trace_json[0]
+    at = next((i for i in range(len(insts) - 1, -1, -1)
+               if insts[i][0] == "Annotate" and insts[i][2] == [TILING_KEY]), None)
+    if at is None or at + 1 >= len(insts):
+        return None
+    structure = _structure(insts)
+    get = insts[at + 1]
+    if not structure or set(structure) - {"S", "R"} or get[0] != "GetLoops" or get[1] != insts[at][1][:1]:
+        return None
+    rest = len(insts) - at - 2
+    if rest % 2 or len(_tile_groups(insts)) * 2 != rest:
+        return None
+    counts = tuple(sorted({structure.count("S"), structure.count("R")} - {0}))
+    return counts, tuple(get[3])
 
 
 def _count_rule(name: str, mnemonic: str, counts: dict[int, int], loops: bool = False) -> list[str]:
@@ -81,10 +119,10 @@ def _count_rule(name: str, mnemonic: str, counts: dict[int, int], loops: bool = 
     for k, n in sorted(counts.items()):
         r = f"{name}_b{k}"
         alts.append(r)
-        rules.append(f'{r}: "b{k}" ' + (f'" {n}"' if n >= 0 else "SINT"))
+        rules.append(f'{r}: "b{k}" ' + (f'" {n}"' if n >= 0 else "COUNT"))
     if loops:
         alts.append(f"{name}_loop")
-        rules.append(f"{name}_loop: LREF SINT")
+        rules.append(f"{name}_loop: LREF COUNT")
     rules.insert(0, f'{name}: "{mnemonic}" (' + (" | ".join(alts) if alts else f"NEVER{name.upper()}") + ")")
     if not alts:
         rules.append(f"NEVER{name.upper()}: {NEVER}")
@@ -112,15 +150,18 @@ def _cat_rules() -> list[str]:
     Written as a chain (``cr<n>``: n candidates read; the decision, or one more) and the decision ``k < n``
     as one terminal per n: the same language as one rule per N with N integers and N alternatives, with
     ~30 terminals instead of ~300 (llguidance's compile time grows with the terminal count: this halves
-    the compile of every line grammar)."""
+    the compile of every line grammar).  [probabilities] ``~`` gives exactly one probability per candidate
+    (``pr<n>``: the decoder's "wrong number of probabilities")."""
     alts, rules = ["SINT cr1"], []
     for n in range(1, MAX_LISTED_CANDIDATES + 1):
         more = f"SINT cr{n + 1}" if n < MAX_LISTED_CANDIDATES else "SINT SINT* probs? decision"
-        rules.append(f'cr{n}: probs? "=" DD{n} | {more}')
+        rules.append(f'cr{n}: pr{n}? "=" DD{n} | {more}')
         rules.append(f"DD{n}: / {_below(n)}/")
+        rules.append(f'pr{n}: "~" pf{n}')
+        rules.append(f"pf{n}: FLOAT" + (f" pf{n - 1}" if n > 1 else ""))
     for name, cands in sorted(CANDIDATES.items()):
         alts.append(f"cn_{name}")
-        rules.append(f'cn_{name}: "{name}" probs? "=" DD{len(cands)}')
+        rules.append(f'cn_{name}: "{name}" pr{len(cands)}? "=" DD{len(cands)}')
     rules.insert(0, "catsel: " + " | ".join(alts))
     return rules
 
@@ -151,9 +192,68 @@ def _line_start(first: bool, finished: bool) -> str:
     return "start: _NL* (inst _NL?)?"
 
 
+# What the codec's decoder checks beyond its grammar (codec/script.py ``_Decoder`` and ``decode_line``), written
+# into the line grammar so that a line the constraint allows is a line the decoder reads (each marked; the list,
+# with what stays checked at the end of a line, is in results/constrained-decoding.md, "What the decoder checks"):
+_DECODER_RULES = [
+    # [int decision] `loc b = k`, `at b = k`, `cat` of many candidates: exactly one integer ("bad decision")
+    'decision: "=" SINT',
+    # [tile sizes] `ptile`/`tile` decisions are positive ("N positive tile sizes"); `ptile` has its sizes or `n=`,
+    # not both (their lengths must agree: the encoder writes `n=` only without a decision)
+    'pdecision: "=" PINT+',
+    r"PINT: / [1-9][0-9]*/",
+    'k_ptile: "ptile" LREF (o_m? pdecision | " n=" NTILE o_m?)',
+    "NTILE: /[1-9][0-9]?/",
+    # [outputs] a count field is a count: 0..MAX_OUTPUTS (4096) outputs, never negative
+    "COUNT: / (409[0-6]|40[0-8][0-9]|[1-3][0-9][0-9][0-9]|[1-9]?[0-9]?[0-9])/",
+    'k_outblks: "outblks" ref_bl COUNT',
+    'k_loc: "loc" BREF decision?',
+    'k_atloc: "at" BREF decision',
+    "factor: NONE | SINT | VREF",
+    r"SINT: / -?[0-9]+/",
+    # [attribute values] an attribute (`pad b VALUE`, every option but `c=`) holds a literal, never a variable
+    # ("a variable cannot be an attribute value"); [identifiers run together] a value after a field, and
+    # every list element after the first, starts with its space: `pad b17 0412` would be read `b170412`,
+    # `[v1 2]` as `[v12]` (a narrowed variable list lets the engine end `b17` where the decoder reads on)
+    'k_pad: "pad" BREF slvalue',
+    "list: \"[\" (value svalue*)? \"]\"",
+    "svalue: SINT | SFLOAT | SSTRING | SSYM | SBREF | SLREF | SVREF | SNONE | STRUE | SFALSE | slist",
+    "slist: \" [\" (value svalue*)? \"]\"",
+    "lvalue: INT | FLOAT | STRING | SYM | NONE | TRUE | FALSE | llist",
+    "llist: \"[\" (lvalue slvalue*)? \"]\"",
+    "slvalue: SINT | SFLOAT | SSTRING | SSYM | SNONE | STRUE | SFALSE | sllist",
+    "sllist: \" [\" (lvalue slvalue*)? \"]\"",
+    r"SFLOAT: / (-?([0-9]+\.[0-9]*([eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+|inf)|nan)/",
+    # [strings] a string is JSON (the decoder reads it with json.loads: no control characters, only JSON's escapes)
+    r'STRING: /"([^"\\\x00-\x1f]|\\(["\\bfnrt]|u[0-9a-fA-F]{4}))*"/',
+    r'SSTRING: / "([^"\\\x00-\x1f]|\\(["\\bfnrt]|u[0-9a-fA-F]{4}))*"/',
+    r"SNONE: / _/", r"STRUE: / true/", r"SFALSE: / false/",
+    # [tensor intrinsics] `$name` is one the codec knows ("unknown tensor intrinsic")
+    "SYM: /\\$(" + "|".join(sorted((re.escape(k[1:]) for k in INTRIN_FULL), key=lambda w: (-len(w), w))) + ")/",
+    "SSYM: / \\$(" + "|".join(sorted((re.escape(k[1:]) for k in INTRIN_FULL), key=lambda w: (-len(w), w))) + ")/",
+]
+
+
+def _option_rules() -> list[str]:
+    """``o_<name>: " name=" ...``: [identifiers run together] with the space the encoder writes before an option
+    (a narrowed block name or intrinsic followed by `fn=`/`pui=` would otherwise be read as one longer word:
+    `blk Cfn=...`); [attribute values] a literal for an attribute, a value (variables too) for an input (`c=`)."""
+    from little_dragon.codec.kinds import SPECS
+
+    src: dict[str, set[str]] = {}
+    for spec in SPECS:
+        for o in spec.options:
+            src.setdefault(o.name, set()).add(o.src)
+    # [tile attributes] `m=`/`n=` of a tile are integers: TVM's SamplePerfectTile crashes the process (SIGSEGV)
+    # on `m=_` (found by a random walk under the constraint before this rule)
+    typed = {"m": "INT", "n": "INT"}
+    return [f'o_{n}: " {n}=" ' + typed.get(n, "lvalue" if s == {"at"} else "value") for n, s in sorted(src.items())]
+
+
 # rules replaced whole (their codec body is the generic one)
 _REPLACED = ("start:", "k_blk:", "k_loops:", "k_kids:", "k_prods:", "k_cons:", "k_cread:", "k_cwrite:",
-             "k_tile:", "k_cat:", "k_anncat:", "factor:", "decision:", "BREF:", "LREF:", "VREF:")
+             "k_tile:", "k_cat:", "k_anncat:", "factor:", "decision:", "BREF:", "LREF:", "VREF:",
+             "k_reorder:", "k_ptile:", "k_loc:", "k_atloc:", "k_pad:", "k_outblks:", "list:", "SYM:", "STRING:", "o_")
 
 
 @functools.lru_cache(maxsize=1)
@@ -170,10 +270,12 @@ def _fixed_rules() -> str:
             # every integer field of an instruction with its separating space (see the module docstring)
             line = re.sub(r"\bINT\b", "SINT", line)
         out.append(line)
-    out.append('decision: "=" SINT+')
-    out.append("factor: NONE | SINT | VREF")
-    out.append(r"SINT: / -?[0-9]+/")
-    out.append('k_cat: "cat" (catsel | (SINT+ | NAME) probs?)')
+    out += _DECODER_RULES
+    out += _option_rules()
+    # [candidate lists] a named list is one the codec knows ("unknown candidate list"); a cat without a decision
+    # (never in a trace: MetaSchedule decides every sample) is its candidates alone
+    out.append('k_cat: "cat" (catsel | SINT+ | CANDNAME)')
+    out.append("CANDNAME: " + _alts(sorted(CANDIDATES)))
     out.append('k_anncat: "ann" ref_bl key "cat" catsel')
     out += _cat_rules()
     return "\n".join(out) + "\n"
@@ -181,9 +283,17 @@ def _fixed_rules() -> str:
 
 _SYNTAX_ONLY = "\n".join([
     "BREF: /b[0-9]+/", "LREF: /l[0-9]+/", "VREF: /v[0-9]+/",
-    'k_blk: "blk" name o_fn?', 'k_loops: "loops" BREF SINT', 'k_kids: "kids" ref_bl SINT',
-    'k_prods: "prods" BREF SINT', 'k_cons: "cons" BREF SINT', 'k_cread: "cread" BREF SINT name o_c?',
-    'k_cwrite: "cwrite" BREF SINT name o_c?', 'k_tile: "tile" LREF o_m? decision'])
+    "SBREF: / b[0-9]+/", "SLREF: / l[0-9]+/", "SVREF: / v[0-9]+/",
+    'k_blk: "blk" name o_fn?', 'k_loops: "loops" BREF COUNT', 'k_kids: "kids" ref_bl COUNT',
+    'k_prods: "prods" BREF COUNT', 'k_cons: "cons" BREF COUNT', 'k_cread: "cread" BREF SINT name o_c?',
+    'k_cwrite: "cwrite" BREF SINT name o_c?', 'k_tile: "tile" LREF o_m? pdecision'])
+
+
+def _reorder_rule(derived: bool) -> str:
+    """[`reorder *`] only right after the `tile` lines of a multi-level tiling that ``codec.derive`` orders
+    (the decoder's "`reorder *` follows the `tile` lines ... expected a `tiling` annotation"): known from the
+    decoded prefix when the line starts."""
+    return 'k_reorder: "reorder" ' + ("(LREF+ | DERIVED)" if derived else "LREF+")
 
 
 def state_key(state: ScheduleState | None) -> tuple | None:
@@ -197,35 +307,57 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.n_writes.items())))
 
 
-def line_grammar(state: ScheduleState | None, first: bool = False, finished: bool = False) -> str:
+def line_grammar(state: ScheduleState | None, first: bool = False, finished: bool = False,
+                 reorder_derived: bool = True, tile_counts: tuple[int, ...] = (),
+                 tile_loops: frozenset[int] = frozenset()) -> str:
     """The Lark grammar (llguidance's dialect: the codec's, unchanged syntax) of the next line.
 
-    ``state`` None: syntax only (no workload known, or the facts could not be computed)."""
+    ``state`` None: syntax only (no workload known, or the facts could not be computed).  ``reorder_derived``:
+    whether the decoded prefix ends in tile lines that `reorder *` can follow (``codec.derive.tiling_reorder``;
+    ``reorder_derivable``); False forbids `reorder *` (an explicit `reorder` of loops stays allowed).
+    ``tile_counts``/``tile_loops``: inside a multi-level tiling (``tiling_run``), the loops (script indices)
+    whose `tile` line has one of these factor counts."""
     if finished:
         return finished_grammar()
-    return _line_grammar(state_key(state), state, first, finished)
+    order = (reorder_derived, tuple(tile_counts), frozenset(tile_loops) if tile_counts else frozenset())
+    return _line_grammar(state_key(state), state, first, finished, order)
 
 
-def _line_grammar(key: tuple | None, state: ScheduleState | None, first: bool, finished: bool) -> str:
-    hit = _MEMO.get((key, first, finished))
+def reorder_derivable(trace_json: list) -> bool:
+    """Would `reorder *` decode after the decoded prefix ``trace_json`` (the decoder's own derivation)."""
+    from little_dragon.codec.derive import tiling_reorder
+
+    return tiling_reorder(trace_json[0]) is not None
+
+
+def _line_grammar(key: tuple | None, state: ScheduleState | None, first: bool, finished: bool,
+                  order: tuple = (True, (), frozenset())) -> str:
+    hit = _MEMO.get((key, first, finished, order))
     if hit is None:
-        hit = _fixed_rules() + _line_start(first, finished) + "\n" + _semantic_rules(state) + "\n"
+        reorder_derived, counts, loops = order
+        hit = (_fixed_rules() + _line_start(first, finished) + "\n"
+               + _semantic_rules(state, counts, loops, reorder_derived) + "\n")
         if len(_MEMO) > 4096:
             _MEMO.clear()
-        _MEMO[(key, first, finished)] = hit
+        _MEMO[(key, first, finished, order)] = hit
     return hit
 
 
 _MEMO: dict[tuple, str] = {}
 
 
-def _semantic_rules(state: ScheduleState | None) -> str:
+def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = (),
+                    tile_loops: frozenset[int] = frozenset(), reorder_derived: bool = True) -> str:
     if state is None:
-        return _SYNTAX_ONLY
+        return _SYNTAX_ONLY + "\n" + _reorder_rule(reorder_derived)
     out: list[str] = []
     out.append("BREF: " + _alts([f"b{k}" for k in sorted(state.blocks)]))
     out.append("LREF: " + _alts([f"l{k}" for k in sorted(state.loops)]))
     out.append("VREF: " + _alts([f"v{k}" for k in range(state.n_values)]))
+    # the same, after a space (list elements: ``svalue``)
+    out.append("SBREF: " + _alts([f" b{k}" for k in sorted(state.blocks)]))
+    out.append("SLREF: " + _alts([f" l{k}" for k in sorted(state.loops)]))
+    out.append("SVREF: " + _alts([f" v{k}" for k in range(state.n_values)]))
     names = []
     for n in state.block_names:
         names.append(json.dumps(n))
@@ -239,5 +371,6 @@ def _semantic_rules(state: ScheduleState | None) -> str:
     out += _count_rule("k_cons", "cons", state.n_consumers)
     out += _index_rule("k_cread", "cread", state.n_reads)
     out += _index_rule("k_cwrite", "cwrite", state.n_writes)
-    out += _tile_rules(state.loops)
+    out += _tile_rules(state.loops, tile_counts, tile_loops)
+    out.append(_reorder_rule(reorder_derived))
     return "\n".join(out)
