@@ -512,6 +512,15 @@ def _print_costs(out: dict[str, Any]) -> None:
               f"{st.get('compiled', '-')} | {st['state_s']:.2f} | {st.get('compile_s', 0.0):.2f} | "
               f"{'-' if work is None else f'{work:.2f}'} | "
               f"{st['mask_s']:.2f} | {', '.join(a.get('same_scripts_every_run_as', [])) or '-'} |")
+    # the line checks' verdicts (all passes: first and resamples): a decode rejection is a line the constraint
+    # allowed and the codec's decoder refused (issue 16: only the index-map scoping checks are left to the line end)
+    print("\n| arm | attempts (incl. resamples) | lines checked | decode rejections | apply rejections (incl. dead ends) |"
+          " decode rejections by reason |")
+    print("|---|---|---|---|---|---|")
+    for name, a in arms.items():
+        st = a["stats"]
+        why = "; ".join(f"{n}x {r}" for r, n in st.get("reasons", {}).items() if r.startswith("decode")) or "-"
+        print(f"| {name} | {st['attempts']} | {st['lines']} | {st['rejected_decode']} | {st['rejected_apply']} | {why} |")
 
 
 def _print_ab(out: dict[str, Any]) -> None:
