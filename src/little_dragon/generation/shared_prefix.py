@@ -55,6 +55,8 @@ def sample_token_ids(model: Any, tokenizer: Any, prompts: list[str], k: int, max
 
     greedy = temperature <= 0
     n = 1 if greedy else max(1, k)
+    if not prompts or max_new_tokens <= 0:
+        return SharedPrefixOutput([[[] for _ in range(k)] for _ in prompts], [[[] for _ in range(k)] for _ in prompts], 0)
     enc = tokenizer(prompts, add_special_tokens=False)["input_ids"]
     order = sorted(range(len(prompts)), key=lambda i: -len(enc[i]))
     ids_out: list[list[list[int]]] = [[] for _ in prompts]
