@@ -101,3 +101,19 @@ def quality_cfg(out: Path, **kw):
 
 def replace(cfg, **kw):
     return dataclasses.replace(cfg, **kw)
+
+
+def random_llama(token_counter, *, hidden: int, intermediate: int, heads: int, kv_heads: int,
+                 max_positions: int, **config):
+    """A 2-layer Llama with random weights (seed 0) and its tokenizer (EOS = pad = ``<|endoftext|>``)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_object=token_counter.tokenizer, eos_token="<|endoftext|>",
+                                  clean_up_tokenization_spaces=False)
+    tok.pad_token = tok.eos_token
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=2,
+                      num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=max_positions,
+                      eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id, **config)
+    return LlamaForCausalLM(cfg).eval(), tok

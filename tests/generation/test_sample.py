@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from dragon_testkit import random_llama
+
 
 @pytest.fixture(scope="module")
 def tiny_lm(token_counter):
     """A 2-layer Llama on SmolLM2's tokenizer (random weights: only the batching is under test)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    tok = PreTrainedTokenizerFast(tokenizer_object=token_counter.tokenizer, eos_token="<|endoftext|>",
-                                  clean_up_tokenization_spaces=False)
-    tok.pad_token = tok.eos_token
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id)
-    return LlamaForCausalLM(cfg).eval(), tok
+    return random_llama(token_counter, hidden=32, intermediate=64, heads=2, kv_heads=1, max_positions=256)
 
 
 @pytest.mark.parametrize("cache", ["dynamic", "static"])

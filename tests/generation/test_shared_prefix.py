@@ -7,6 +7,8 @@ import copy
 
 import pytest
 
+from dragon_testkit import random_llama
+
 PROMPTS = ["sch blk matmul", "x", "loops b0 3\nsplit l1 = 4 8\nreorder l2 l3 l4", "post *",
            "sch blk conv2d_nhwc\nloops b0 7\nsplit l3 = 2 2 7"]
 
@@ -14,17 +16,8 @@ PROMPTS = ["sch blk matmul", "x", "loops b0 3\nsplit l1 = 4 8\nreorder l2 l3 l4"
 @pytest.fixture(scope="module")
 def gqa_lm(token_counter):
     """A 2-layer Llama with 4 query heads over 2 K/V heads (so the fold's head order matters), random weights."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    tok = PreTrainedTokenizerFast(tokenizer_object=token_counter.tokenizer, eos_token="<|endoftext|>",
-                                  clean_up_tokenization_spaces=False)
-    tok.pad_token = tok.eos_token
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id, attn_implementation="sdpa")
-    return LlamaForCausalLM(cfg).eval(), tok
+    return random_llama(token_counter, hidden=64, intermediate=96, heads=4, kv_heads=2, max_positions=512,
+                        attn_implementation="sdpa")
 
 
 def _alone_logprobs(model, tok, prompt: str, new: list[int], temperature: float) -> list[float]:
