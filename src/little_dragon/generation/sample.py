@@ -80,16 +80,14 @@ class LocalGenerator:
                                         max_resamples=self.cfg.constrained_resamples,
                                         hook=self.logits_processor_factory).scripts
 
-        if self.cfg.cache_implementation == "continuous":
-            if self.logits_processor_factory is not None:
-                raise ValueError("generation.cache_implementation continuous takes no logits processor "
-                                 "(constrained decoding needs dynamic or static)")
+        engine = self.cfg.cache_implementation
+        if engine in ("continuous", "shared_prefix") and self.logits_processor_factory is not None:
+            raise ValueError(f"generation.cache_implementation {engine} takes no logits "
+                             "processor (constrained decoding needs dynamic or static)")
+        if engine == "continuous":
             return sample_continuous(self.model, self.tokenizer, prompts, k, self.cfg.max_new_tokens,
                                      self.cfg.temperature)
-        if self.cfg.cache_implementation == "shared_prefix":
-            if self.logits_processor_factory is not None:
-                raise ValueError("generation.cache_implementation shared_prefix takes no logits processor "
-                                 "(constrained decoding needs dynamic or static)")
+        if engine == "shared_prefix":
             from little_dragon.generation.shared_prefix import sample_shared_prefix
 
             return sample_shared_prefix(self.model, self.tokenizer, prompts, k, self.cfg.max_new_tokens,

@@ -33,7 +33,6 @@ from typing import Any
 class SharedPrefixOutput:
     token_ids: list[list[list[int]]]        # per prompt, its k attempts' new tokens (EOS excluded)
     logprobs: list[list[list[float]]]       # log p(token) under the (temperature-scaled) sampling distribution
-    steps: int                              # decoding steps run (the longest attempt)
 
 
 def sample_shared_prefix(model: Any, tokenizer: Any, prompts: list[str], k: int, max_new_tokens: int,
@@ -56,27 +55,25 @@ def sample_token_ids(model: Any, tokenizer: Any, prompts: list[str], k: int, max
     greedy = temperature <= 0
     n = 1 if greedy else max(1, k)
     if not prompts or max_new_tokens <= 0:
-        return SharedPrefixOutput([[[] for _ in range(k)] for _ in prompts], [[[] for _ in range(k)] for _ in prompts], 0)
+        return SharedPrefixOutput([[[] for _ in range(k)] for _ in prompts], [[[] for _ in range(k)] for _ in prompts])
     enc = tokenizer(prompts, add_special_tokens=False)["input_ids"]
     order = sorted(range(len(prompts)), key=lambda i: -len(enc[i]))
     ids_out: list[list[list[int]]] = [[] for _ in prompts]
     lp_out: list[list[list[float]]] = [[] for _ in prompts]
-    steps = 0
     was_training = model.training
     model.eval()
     try:
         with grouped_sdpa(model), torch.no_grad():
             for c in range(0, len(order), max(1, prompts_per_chunk)):
                 chunk = order[c:c + max(1, prompts_per_chunk)]
-                toks, lps, s = _decode_chunk(model, [enc[i] for i in chunk], n, max_new_tokens, temperature,
-                                             _eos_ids(tokenizer), _pad_id(tokenizer), generator)
-                steps = max(steps, s)
+                toks, lps = _decode_chunk(model, [enc[i] for i in chunk], n, max_new_tokens, temperature,
+                                          _eos_ids(tokenizer), _pad_id(tokenizer), generator)
                 for i, t, lp in zip(chunk, toks, lps):
                     ids_out[i] = [a for a in t for _ in range(k // n)]
                     lp_out[i] = [a for a in lp for _ in range(k // n)]
     finally:
         model.train(was_training)
-    return SharedPrefixOutput(ids_out, lp_out, steps)
+    return SharedPrefixOutput(ids_out, lp_out)
 
 
 def _eos_ids(tokenizer: Any) -> set[int]:
@@ -89,7 +86,7 @@ def _pad_id(tokenizer: Any) -> int:
 
 
 def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float,
-                  eos: set[int], pad: int, generator: Any) -> tuple[list[list[list[int]]], list[list[list[float]]], int]:
+                  eos: set[int], pad: int, generator: Any) -> tuple[list[list[list[int]]], list[list[list[float]]]]:
     import torch
 
     device = next(model.parameters()).device
@@ -150,7 +147,7 @@ def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_token
                 row, lrow = row[:-1], lrow[:-1]
             toks[r].append(row)
             lps[r].append(lrow)
-    return toks, lps, t
+    return toks, lps
 
 
 def _preallocate(cache: Any, capacity: int) -> None:
