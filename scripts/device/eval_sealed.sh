@@ -17,7 +17,8 @@
 #        BENCH_PROMPTS (default 100), SKIP_BENCH=1, SEALED (default artifacts/sealed), HARVEST_ROOTS
 #        (default data/harvest), TARGET (default cuda), RUN_DIR (scratch, default /tmp/eval_sealed),
 #        ROWS (benchmark prompts, default artifacts/datasets/validation.jsonl), GEN_CACHE (generation engine,
-#        default params.yaml's generation.cache_implementation).
+#        default params.yaml's generation.cache_implementation), GEN_EXTRA (more --gen-set options, e.g.
+#        "--gen-set constrained=true": the sealed A/B of issue 16).
 # Expected: ~1 min generation + ~4-6 min evaluation of ~800 scripts (16 build workers) + ~1-2 min benchmark.
 # CPU dry run (tiny model, llvm):
 #   PYTHON=.venv/bin/python TARGET=llvm OUT=/tmp/o ATTEMPTS=2 MAX_PROMPTS=2 MAX_NEW_TOKENS=256 BATCH=16 \
@@ -50,7 +51,7 @@ t0=$(date +%s)
   --metrics "$OUT/eval_metrics.json" \
   --set "sealed_dir=\"$SEALED\"" --set "harvest_roots=[\"$HARVEST_ROOTS\"]" --set attempts=$ATTEMPTS \
   --set max_prompts_per_task=$MAX_PROMPTS --set metaschedule_baseline=$MS --set "report_dir=\"$RUN_DIR/report\"" \
-  --gen-set max_new_tokens=$MAX_NEW_TOKENS --gen-set batch_size=$BATCH ${GEN_CACHE:+--gen-set cache_implementation=$GEN_CACHE} \
+  --gen-set max_new_tokens=$MAX_NEW_TOKENS --gen-set batch_size=$BATCH ${GEN_CACHE:+--gen-set cache_implementation=$GEN_CACHE} ${GEN_EXTRA:-} \
   2>&1 | tee "$RUN_DIR/eval.log" | grep -v " DEBUG " | tail -n 40
 t1=$(date +%s)
 cp "$RUN_DIR/eval/summary.json" "$OUT/eval_sealed_${TARGET}_summary.json"

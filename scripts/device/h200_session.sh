@@ -13,7 +13,8 @@
 #   1 carry [.devcarry/tvm-a, .devcarry/c1]            stage     park TVM part 0 + GGUF part 1
 #   2 carry [.devcarry/tvm-b, .devcarry/c2]            install   TVM + wheels, snapshot, data, GGUF part 2
 #   3 carry [.devcarry/c3]                             sft bench GGUF part 3, SFT (writes /opt/ld/sft), speed
-#   4 (nothing carried)                                eval      sealed CUDA evaluation  (bash /opt/ld/h200_session.sh eval)
+#   4 (nothing carried)                                eval      sealed CUDA evaluation  (bash /opt/ld/h200_session.sh eval;
+#                                                                EVAL_NAME names its scratch folder, GEN_EXTRA adds --gen-set options)
 #   5 (nothing carried)                                ab        constrained vs free A/B (bash /opt/ld/h200_session.sh ab)
 # `tree` before a step runs that step on the work tree the call carried (e.g. `bash /opt/ld/h200_session.sh tree ab`).
 # Generation only (no TVM): h200_prepare.sh --no-tvm builds c1 (GGUF part 1) and c2 (the rest, the training
@@ -106,7 +107,7 @@ step_bench() {
 step_eval() {
   env_tvm; cd "$SNAP"
   OUT="$OUT" ATTEMPTS="${ATTEMPTS:-8}" MAX_PROMPTS="${MAX_PROMPTS:-8}" BATCH="${BATCH:-512}" SKIP_BENCH=1 \
-    RUN_DIR=$ROOT/eval_sealed timeout "${EVAL_BOX:-540}" bash scripts/device/eval_sealed.sh "$SFT_DIR/out"
+    RUN_DIR=$ROOT/${EVAL_NAME:-eval_sealed} timeout "${EVAL_BOX:-540}" bash scripts/device/eval_sealed.sh "$SFT_DIR/out"
 }
 
 step_ab() {
