@@ -26,7 +26,8 @@ class GenerationConfig:
                                                       "not with constrained decoding). "
                                                       "benchmarks/generation_speed.py compares them.")
     constrained: bool = field(False, help="Constrained decoding (generation/constrained.py): only scripts the "
-                                          "codec grammar accepts; needs that module.")
+                                          "codec grammar accepts; needs that module. Also the SFT stage's "
+                                          "validity passes (first pass only, metrics *_constrained).")
     constrained_resamples: int = field(2, help="Constrained decoding: an attempt whose line failed to apply is "
                                                "generated again at most this many times (counted; 0: keep it).")
     dtype: str = field("auto", help="Weights dtype for generation: auto (bfloat16 on a GPU, float32 on CPU), "

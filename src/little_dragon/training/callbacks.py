@@ -1,10 +1,11 @@
 """Trainer callbacks: per-step metrics to MLflow, and the per-attempt validity rate at each evaluation."""
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from transformers import TrainerCallback
 
@@ -85,18 +86,46 @@ def sample_scripts(model: Any, tokenizer: Any, prompts: list[str], max_new_token
     return out
 
 
+class ValiditySampler(Protocol):
+    """Writes one script per prompt for a validity pass instead of ``sample_scripts``: how a layer above
+    training (which training must not import) gives the SFT validity passes another decoder.  The SFT CLI
+    (``dragon train sft``, also what the Prefect flow runs) injects ``generation.validity``'s constrained
+    sampler when ``generation.constrained`` is true.  ``name`` ends every metric name of such a pass
+    (``validity_rate_constrained``), so its rates are never compared with free ones by mistake."""
+
+    name: str
+
+    def __call__(self, model: Any, tokenizer: Any, prompts: list[str], max_new_tokens: int, temperature: float,
+                 batch_size: int) -> list[str]: ...
+
+
+def validity_key(key: str, sampler: ValiditySampler | None = None) -> str:
+    """The metric name of a validity pass's ``key``: as is for the free sampler, else ``key_<sampler.name>``."""
+    return key if sampler is None else f"{key}_{sampler.name}"
+
+
 def validity_rate(model: Any, tokenizer: Any, rows: list[dict[str, Any]], max_new_tokens: int,
-                  temperature: float, batch_size: int = 16) -> dict[str, float]:
+                  temperature: float, batch_size: int = 16,
+                  sampler: ValiditySampler | None = None) -> dict[str, float]:
     """Per-attempt rates over ``rows`` (one attempt each), overall and per task, split over ranks and summed.
 
-    A task without rows in the draw reports no rate for it (absent, not 0)."""
+    A task without rows in the draw reports no rate for it (absent, not 0).  ``sampler`` (None: free sampling,
+    ``sample_scripts``) writes the scripts instead; every key then ends with ``_<sampler.name>``."""
     import torch
 
     rank, world = _dist()
     mine = rows[rank::world]
     t0 = time.perf_counter()
-    scripts = sample_scripts(model, tokenizer, [r["prompt"] for r in mine], max_new_tokens, temperature,
-                             batch_size, sort_by_length=True) if mine else []
+    prompts = [r["prompt"] for r in mine]
+    if not mine:
+        scripts: list[str] = []
+    elif sampler is None:
+        scripts = sample_scripts(model, tokenizer, prompts, max_new_tokens, temperature, batch_size,
+                                 sort_by_length=True)
+    else:
+        scripts = sampler(model, tokenizer, prompts, max_new_tokens, temperature, batch_size)
+        if len(scripts) != len(mine):
+            raise RuntimeError(f"validity sampler {sampler.name!r}: {len(scripts)} scripts for {len(mine)} prompts")
     verdicts = [check_script(s, r) for s, r in zip(scripts, mine)]
     per_task = [x for t in TASKS for x in (sum(r.get("task") == t for r in mine),
                                            sum(v.valid for v, r in zip(verdicts, mine) if r.get("task") == t))]
@@ -116,7 +145,7 @@ def validity_rate(model: Any, tokenizer: Any, rows: list[dict[str, Any]], max_ne
     for i, t in enumerate(TASKS):
         if task_counts[2 * i]:
             out[f"validity_rate_{t}"] = task_counts[2 * i + 1] / task_counts[2 * i]
-    return out
+    return {validity_key(k, sampler): v for k, v in out.items()}
 
 
 class MLflowMetricsCallback(TrainerCallback):
@@ -137,7 +166,8 @@ class ValidityCallback(TrainerCallback):
     """At each evaluation, sample scripts for a fixed draw of validation prompts and check them with TVM."""
 
     def __init__(self, val_rows: list[dict[str, Any]], tokenizer: Any, samples: int, max_new_tokens: int,
-                 temperature: float, seed: int, mlflow: Any = None, batch_size: int = 16):
+                 temperature: float, seed: int, mlflow: Any = None, batch_size: int = 16,
+                 sampler: ValiditySampler | None = None):
         rng = random.Random(seed)
         self.rows = rng.sample(val_rows, min(samples, len(val_rows)))  # same prompts at every eval: comparable
         self.tokenizer = tokenizer
@@ -145,6 +175,7 @@ class ValidityCallback(TrainerCallback):
         self.temperature = temperature
         self.mlflow = mlflow
         self.batch_size = batch_size
+        self.sampler = sampler  # None: free sampling; else its metrics carry its name (validity_key)
         self.history: list[dict[str, float]] = []
 
     def on_evaluate(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
@@ -153,12 +184,14 @@ class ValidityCallback(TrainerCallback):
         if self.history and self.history[-1]["step"] == state.global_step:
             return  # the trainer evaluates the last step, then the stage's own evaluate(): one pass is enough
         rates = validity_rate(model, self.tokenizer, self.rows, self.max_new_tokens, self.temperature,
-                              self.batch_size)
+                              self.batch_size, self.sampler)
         entry = {"step": state.global_step, **{f"eval_{k}": v for k, v in rates.items()}}
         self.history.append(entry)
         state.log_history.append(entry)
         if state.is_world_process_zero:
-            log.info("step %d: validity %.3f decode %.3f (%d attempts)", state.global_step,
-                     rates["validity_rate"], rates["decode_rate"], rates["validity_attempts"])
+            key = functools.partial(validity_key, sampler=self.sampler)
+            log.info("step %d: validity %.3f decode %.3f (%d attempts%s)", state.global_step,
+                     rates[key("validity_rate")], rates[key("decode_rate")], rates[key("validity_attempts")],
+                     f", {self.sampler.name}" if self.sampler is not None else "")
             if self.mlflow is not None:
                 self.mlflow.log_metrics({f"eval_{k}": v for k, v in rates.items()}, step=state.global_step)

@@ -1,9 +1,16 @@
-"""``dragon train sft``: the SFT stage from the command line (DVC runs this; ``train_sft`` does the work)."""
+"""``dragon train sft``: the SFT stage from the command line (DVC runs this; ``train_sft`` does the work).
+
+It reads ``generation.constrained`` too: when true it injects the constrained sampler into the SFT
+validity passes (``validity_sampler``; training itself cannot import generation)."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from little_dragon.training.callbacks import ValiditySampler
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -57,7 +64,20 @@ def main(args: argparse.Namespace) -> int:
     for p in (train, val):
         if not os.path.exists(p):
             raise FileNotFoundError(f"{p}: SFT input not found (run the dataset stage first)")
-    metrics = train_sft(cfg, train, val, args.out or cfg.out_dir)
-    print(json.dumps({k: metrics.get(k) for k in ("steps", "tokens_per_s", "eval_loss", "validity_rate",
-                                                  "validity_rate_untrained", "registry")}, default=str))
+    sampler = validity_sampler(load_section("generation").constrained)
+    metrics = train_sft(cfg, train, val, args.out or cfg.out_dir, validity_sampler=sampler)
+    key = f"_{sampler.name}" if sampler is not None else ""
+    print(json.dumps({k: metrics.get(k) for k in ("steps", "tokens_per_s", "eval_loss", f"validity_rate{key}",
+                                                  f"validity_rate_untrained{key}", "registry")}, default=str))
     return 0
+
+
+def validity_sampler(constrained: bool) -> ValiditySampler | None:
+    """The SFT validity passes' sampler for ``generation.constrained`` (issue 16): None (free sampling) or
+    ``generation.validity.ConstrainedValiditySampler``.  Injected here, above both layers: training cannot
+    import generation (tests/test_layers.py)."""
+    if not constrained:
+        return None
+    from little_dragon.generation.validity import ConstrainedValiditySampler
+
+    return ConstrainedValiditySampler()

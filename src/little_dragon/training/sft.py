@@ -12,7 +12,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from little_dragon import atomic
 from little_dragon.config import flat_params
@@ -21,6 +21,9 @@ from little_dragon.training.augment import with_renamed_copies
 from little_dragon.training.config import SFTConfig
 from little_dragon.training.deepspeed_setup import (deepspeed_config_path, describe, ensure_launch_env, gpu_count,
                                                     process_rank, use_deepspeed)
+
+if TYPE_CHECKING:
+    from little_dragon.training.callbacks import ValiditySampler
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +84,18 @@ def _fits(rows: list[dict[str, Any]], tokenizer: Any, max_length: int) -> tuple[
 
 
 def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.PathLike,
-              out_dir: str | os.PathLike, model_name: str | None = None) -> dict[str, Any]:
-    """Train, evaluate (loss + validity), save ``out_dir/model`` and ``out_dir/metrics.json``, log, register."""
+              out_dir: str | os.PathLike, model_name: str | None = None,
+              validity_sampler: ValiditySampler | None = None) -> dict[str, Any]:
+    """Train, evaluate (loss + validity), save ``out_dir/model`` and ``out_dir/metrics.json``, log, register.
+
+    ``validity_sampler`` (None: free sampling) writes the scripts of every validity pass (untrained, periodic,
+    final, greedy): the SFT CLI passes ``generation.validity``'s constrained sampler when
+    ``generation.constrained`` is true (training cannot import generation).  Its metrics then end with
+    ``_<name>`` (``validity_rate_constrained``) and the MLflow param ``validity_sampler`` names it."""
     from trl import SFTTrainer
 
-    from little_dragon.training.callbacks import MLflowMetricsCallback, ValidityCallback, validity_rate
+    from little_dragon.training.callbacks import (MLflowMetricsCallback, ValidityCallback, validity_key,
+                                                  validity_rate)
     from little_dragon.training.models import load_model
 
     out_dir = Path(out_dir)
@@ -122,7 +132,8 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
 
     is_main = process_rank() == 0
     model_name = model_name or _project_model_name()
-    params = {**flat_params(cfg), "model_source": loaded.source, "precision": precision,
+    params = {**flat_params(cfg), "validity_sampler": validity_sampler.name if validity_sampler else "free",
+              "model_source": loaded.source, "precision": precision,
               "deepspeed_config": str(ds_path.name) if ds_path else "none", **describe(cfg),
               "train_rows": len(train_rows), "train_rows_dropped_too_long": dropped_train,
               "val_rows": len(val_rows), "val_rows_dropped_too_long": dropped_val,
@@ -134,11 +145,12 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
         if mlflow is not None and ds_path is not None:
             mlflow.log_artifact(str(ds_path), artifact_path="deepspeed")
         validity_cb = ValidityCallback(val_rows, tok, cfg.validity_samples, cfg.validity_max_new_tokens,
-                                       cfg.validity_temperature, cfg.seed, mlflow, cfg.validity_batch_size)
+                                       cfg.validity_temperature, cfg.seed, mlflow, cfg.validity_batch_size,
+                                       validity_sampler)
         if torch.cuda.is_available():  # the untrained baseline generates before the trainer places the model
             loaded.model.to(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
         untrained = validity_rate(loaded.model, tok, validity_cb.rows, cfg.validity_max_new_tokens,
-                                  cfg.validity_temperature, cfg.validity_batch_size)
+                                  cfg.validity_temperature, cfg.validity_batch_size, validity_sampler)
         trainer = SFTTrainer(model=loaded.model, args=args, train_dataset=sft_data.to_dataset(train_rows),
                              eval_dataset=sft_data.to_dataset(eval_rows), processing_class=tok,
                              callbacks=[MLflowMetricsCallback(mlflow), validity_cb]
@@ -147,11 +159,15 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
         final_eval = trainer.evaluate()  # eval loss + validity on the fixed draw (logged by the callbacks)
         final_rows = sft_data.mix_tasks(val_rows, None, cfg.seed + 1)[: cfg.final_validity_samples]
         final = validity_rate(trainer.model, tok, final_rows, cfg.validity_max_new_tokens, cfg.validity_temperature,
-                              cfg.validity_batch_size)
+                              cfg.validity_batch_size, validity_sampler)
         greedy: dict[str, Any] = {}
         if cfg.final_greedy_validity:  # sampling at temperature 0 already was greedy: no second pass
             greedy = final if cfg.validity_temperature <= 0 else validity_rate(
-                trainer.model, tok, final_rows, cfg.validity_max_new_tokens, 0.0, cfg.validity_batch_size)
+                trainer.model, tok, final_rows, cfg.validity_max_new_tokens, 0.0, cfg.validity_batch_size,
+                validity_sampler)
+
+        def key(name: str) -> str:  # a pass through an injected sampler carries its name in every metric
+            return validity_key(name, validity_sampler)
 
         staging = out_dir / ".model.staging"
         if is_main:
@@ -164,12 +180,13 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
             "tokens_seen": int(trainer.state.num_input_tokens_seen),
             "tokens_per_s": trainer.state.num_input_tokens_seen / max(train_out.metrics["train_runtime"], 1e-9),
             "eval_loss": final_eval.get("eval_loss"),
-            "validity_rate": final["validity_rate"], "decode_rate": final["decode_rate"],
-            "validity_attempts": final["validity_attempts"],
-            **{k: final[k] for k in ("validity_rate_construction", "validity_rate_refinement") if k in final},
-            **{f"{k}_greedy": greedy[k] for k in ("validity_rate", "decode_rate", "validity_rate_construction",
-                                                  "validity_rate_refinement") if k in greedy},
-            "validity_rate_untrained": untrained["validity_rate"],
+            **{key(k): final[key(k)] for k in ("validity_rate", "decode_rate", "validity_attempts")},
+            **{key(k): final[key(k)] for k in ("validity_rate_construction", "validity_rate_refinement")
+               if key(k) in final},
+            **{key(f"{k}_greedy"): greedy[key(k)] for k in ("validity_rate", "decode_rate",
+                                                            "validity_rate_construction",
+                                                            "validity_rate_refinement") if key(k) in greedy},
+            key("validity_rate_untrained"): untrained[key("validity_rate")],
             "validity_history": validity_cb.history,
             "cpu_threads_steps": threads_cb.steps if threads_cb is not None else None,
             "model_source": loaded.source, "precision": precision, **describe(cfg),
@@ -193,9 +210,10 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
                 metrics["registry"] = log_and_register(mlflow, model_dir, model_name)
             metrics["mlflow_run_id"] = mlflow.active_run().info.run_id
         atomic.write_json(out_dir / "metrics.json", metrics)
-        log.info("sft: %d steps, %.0f tokens/s, validity %.3f (greedy %s, untrained %.3f)", metrics["steps"],
-                 metrics["tokens_per_s"], metrics["validity_rate"], metrics.get("validity_rate_greedy"),
-                 metrics["validity_rate_untrained"])
+        log.info("sft: %d steps, %.0f tokens/s, validity %.3f (greedy %s, untrained %.3f; %s decoding)",
+                 metrics["steps"], metrics["tokens_per_s"], metrics[key("validity_rate")],
+                 metrics.get(key("validity_rate_greedy")), metrics[key("validity_rate_untrained")],
+                 params["validity_sampler"])
         return metrics
 
 
