@@ -140,3 +140,74 @@ def test_the_cache_is_written_in_place(gqa_lm):
     assert torch.equal(layer.keys[:, :, :ids.shape[1]], before)
     with pytest.raises(RuntimeError, match="cache full"), torch.no_grad():
         model(input_ids=ids[:, :1], past_key_values=cache, use_cache=True)
+
+
+class _OwnResidue:
+    """A per-attempt logits processor with a rule of its own id: attempt ``a`` may emit only tokens ``t`` with
+    ``t % 5 == a % 5`` (and EOS, pushed up by ``1 + a % 3`` so that attempts, and rows, end at different steps).
+    It checks what the engine hands it: the tokens ``ahead`` reported for an attempt are the ``input_ids`` it then
+    sees for that attempt, an attempt that ended is never asked again, and every attempt's tokens end with the
+    engine's output."""
+
+    def __init__(self, eos: int):
+        self.eos, self.seen, self.ended, self.errors, self.calls = eos, {}, set(), [], []
+
+    def mask(self, a: int, scores):
+        import torch
+
+        allowed = torch.arange(scores.shape[-1]) % 5 == a % 5
+        allowed[self.eos] = True
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        scores[self.eos] += 7.0 + a % 3
+        return scores
+
+    def ahead(self, attempts, tokens, final=False):
+        for a, t in zip(attempts.tolist(), tokens.tolist()):
+            if a in self.ended:
+                self.errors.append(f"ahead: attempt {a} after its end")
+            self.seen.setdefault(a, []).append(t)
+            if t == self.eos:
+                self.ended.add(a)
+
+    def __call__(self, attempts, input_ids, scores):
+        self.calls.append(attempts.tolist())
+        for i, a in enumerate(attempts.tolist()):
+            if a in self.ended:
+                self.errors.append(f"attempt {a} asked after its end")
+            if input_ids[i].tolist() != self.seen.get(a, []):
+                self.errors.append(f"attempt {a}: input_ids {input_ids[i].tolist()} != {self.seen.get(a, [])}")
+            scores[i] = self.mask(a, scores[i])
+        return scores
+
+
+def test_a_logits_processor_sees_each_attempt_by_its_own_id(gqa_lm):
+    """The engine's per-step processor hook: each attempt is processed under its own id (``p * k + j``) at every step,
+    also after rows have left the batch, with its own tokens so far; its samples obey its own rule; the log-probs
+    are the processed distribution's on the attempt alone."""
+    import torch
+
+    from little_dragon.generation.shared_prefix import sample_token_ids
+
+    model, tok = gqa_lm
+    k = 3
+    proc = _OwnResidue(tok.eos_token_id)
+    sizes = []
+    handle = model.register_forward_pre_hook(lambda m, a, kw: sizes.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    try:
+        out = sample_token_ids(model, tok, PROMPTS, k, 12, 1.0, prompts_per_chunk=5, logits_processor=proc,
+                               generator=torch.Generator().manual_seed(4))
+    finally:
+        handle.remove()
+    assert proc.errors == []
+    assert sizes[1] == len(PROMPTS) and min(sizes[1:]) < len(PROMPTS) and sizes[1:].count(min(sizes[1:])) > 1, sizes
+    assert len(proc.calls) == len(sizes)                          # once per forward pass (the prefill's included)
+    for p, (attempts, lps) in enumerate(zip(out.token_ids, out.logprobs)):
+        ptoks = tok(PROMPTS[p], add_special_tokens=False)["input_ids"]
+        for j, (new, lp) in enumerate(zip(attempts, lps)):
+            a = p * k + j
+            assert proc.seen[a][:len(new)] == new and len(proc.seen[a]) in (len(new), len(new) + 1)
+            assert all(t % 5 == a % 5 for t in new), (a, new)
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([ptoks + new])).logits[0, len(ptoks) - 1:].float()
+            want = [float(torch.log_softmax(proc.mask(a, logits[s].clone()), -1)[t]) for s, t in enumerate(new)]
+            assert lp == pytest.approx(want, abs=2e-4), (a, new)

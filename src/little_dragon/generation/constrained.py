@@ -750,6 +750,68 @@ class CodecLogitsProcessor:
         return scores
 
 
+class AttemptLogitsProcessor:
+    """The shared-prefix engine's processor (``generation.shared_prefix``: ``ahead`` / ``__call__`` by attempt id):
+    attempt ``a`` is constrained by ``constraints[a]``, whichever rows are still in the batch.  The same per-step
+    work as ``CodecLogitsProcessor`` (advance by the sampled tokens, compile the lines they ended, masks; in a
+    background thread beside the forward pass where ``BACKGROUND`` says so, compiles in threads where
+    ``COMPILE_THREADS`` does) and the same masks: the constraint is a function of each attempt's own tokens."""
+
+    def __init__(self, engine: TokenEngine, constraints: list[ScriptConstraint]):
+        self.engine, self.constraints = engine, constraints
+        self._bitmask = allocate_bitmask(len(constraints), engine.vocab_size)
+        self._rows: dict[int, int] = {}   # attempt id -> its row of ``_bitmask`` (masks computed ahead)
+        self._job: Any = None
+        self._threads = bool(COMPILE_THREADS)
+
+    def ahead(self, attempts: Any, tokens: Any, final: bool = False) -> None:
+        """The tokens ``attempts`` just sampled (EOS included), before the next forward pass: consumed (and the
+        next masks computed, in the background thread when ``BACKGROUND``) while the model computes."""
+        self._collect()
+        ids, toks = attempts.tolist(), tokens.tolist()
+        self._threads = _compile_threads(tokens.device)
+        background = BACKGROUND if BACKGROUND is not None else tokens.device.type != "cpu"
+        if background and _workers() > 1 and not final:
+            self._job = _line_worker().submit(self._next_masks, ids, toks)
+            return
+        self._consume(ids, toks)
+
+    def _consume(self, ids: list[int], toks: list[int]) -> None:
+        for a, tok in zip(ids, toks):
+            c = self.constraints[a]
+            c.advance(tok)
+            if self._threads and c.pending is not None and not (c.dead or c.done):
+                self.engine.start([c.pending])
+
+    def _fill(self, ids: list[int]) -> None:
+        live = [self.constraints[a] for a in ids]
+        prepare(live, self._threads)
+        fill_masks(live, self._bitmask[:len(live)])
+        self._rows = {a: i for i, a in enumerate(ids)}
+
+    def _next_masks(self, ids: list[int], toks: list[int]) -> None:
+        self._consume(ids, toks)
+        self._fill([a for a in ids if not self.constraints[a].done])
+
+    def _collect(self) -> None:
+        job, self._job = self._job, None
+        if job is not None:
+            job.result()  # re-raises what the background work raised
+
+    def __call__(self, attempts: Any, input_ids: Any, scores: Any) -> Any:
+        """``scores`` ``[m, V]`` of ``attempts`` (ids; not ended), the tokens not allowed set to ``-inf``."""
+        ids = attempts.tolist()
+        had_job = self._job is not None
+        self._collect()
+        if not (had_job and all(a in self._rows for a in ids)):
+            self._fill(ids)
+        rows = [self._rows[a] for a in ids]
+        bits = self._bitmask[:len(ids)] if rows == list(range(len(ids))) else self._bitmask[rows]
+        self._rows = {}
+        apply_bitmask(scores, bits)
+        return scores
+
+
 class ConstrainedDecoding:
     """The ``generation.sample`` hook: ``factory(batch_prompts, k)`` gives the processor of one batch whose
     row ``i`` belongs to ``batch_prompts[i // k]``.  ``stats`` accumulates over all batches;
@@ -782,6 +844,13 @@ class ConstrainedDecoding:
         self.processor = CodecLogitsProcessor(self.engine(), self.last_constraints)
         return self.processor
 
+    def attempt_processor(self, prompts: list[str], n: int) -> AttemptLogitsProcessor:
+        """The shared-prefix engine's processor of one call over ``prompts``, ``n`` attempts each (attempt
+        ``p * n + j`` is ``constraints[p * n + j]``; ``last_constraints`` are these)."""
+        self.last_constraints = self.constraints_for(prompts, n)
+        self.processor = None  # the model's forward pre-hook is the HF path's; the engine calls ``ahead`` itself
+        return AttemptLogitsProcessor(self.engine(), self.last_constraints)
+
     def forward_pre_hook(self, module: Any, args: Any, kwargs: Any) -> None:
         """For ``model.register_forward_pre_hook(..., with_kwargs=True)``: hands the tokens just sampled
         to the current batch's processor before the forward pass (``CodecLogitsProcessor.ahead``)."""
@@ -810,10 +879,22 @@ class ConstrainedResult:
 
 def generate_constrained(model: Any, tokenizer: Any, prompts: list[str], k: int, max_new_tokens: int,
                          temperature: float, batch_size: int = 16, max_resamples: int = 2,
-                         semantic: bool = True, hook: ConstrainedDecoding | None = None) -> ConstrainedResult:
+                         semantic: bool = True, hook: ConstrainedDecoding | None = None,
+                         cache_implementation: str = "dynamic") -> ConstrainedResult:
     """``k`` constrained attempts per prompt; an attempt that a line check rejected is generated again,
-    at most ``max_resamples`` more times (each one counted in ``stats.resampled``)."""
+    at most ``max_resamples`` more times (each one counted in ``stats.resampled``).
+
+    ``cache_implementation``: ``shared_prefix`` decodes on ``generation.shared_prefix``'s engine (one cache row
+    per prompt, its k attempts interleaved; ``AttemptLogitsProcessor``), anything else through transformers'
+    ``generate`` with a dynamic cache (``CodecLogitsProcessor`` and the model's forward pre-hook).  The same
+    constraint and masks either way; ``continuous`` takes no logits processor and is refused."""
     hook = hook or ConstrainedDecoding(tokenizer, semantic)
+    if cache_implementation == "continuous":
+        raise ValueError("constrained decoding runs on cache_implementation shared_prefix, dynamic or static "
+                         "(continuous batching takes no logits processor)")
+    if cache_implementation == "shared_prefix":
+        return _generate_constrained_shared(model, tokenizer, prompts, k, max_new_tokens, temperature, batch_size,
+                                            max_resamples, hook)
     handle = model.register_forward_pre_hook(hook.forward_pre_hook, with_kwargs=True)
     try:
         return _generate_constrained(model, tokenizer, prompts, k, max_new_tokens, temperature, batch_size,
@@ -866,6 +947,48 @@ def _generate_constrained(model: Any, tokenizer: Any, prompts: list[str], k: int
             for (p, a), t, good in zip(part, texts[i:i + len(part)], texts_ok):
                 final[p][a] = t
                 ok[p][a] = good
+        pending = [(p, a) for p, a in pending if not ok[p][a]]
+    n_tok = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for s in final for t in s)
+    return ConstrainedResult(final, first, first_ok, hook.stats, time.perf_counter() - t0, n_tok, first_seconds,
+                             generated)
+
+
+def _generate_constrained_shared(model: Any, tokenizer: Any, prompts: list[str], k: int, max_new_tokens: int,
+                                 temperature: float, batch_size: int, max_resamples: int,
+                                 hook: ConstrainedDecoding) -> ConstrainedResult:
+    """``generate_constrained`` on the shared-prefix engine: one processor per engine call, attempt ``p * n + a``
+    of the call constrained by its own ``ScriptConstraint`` (``n`` = k; 1 when greedy: one attempt repeated);
+    resamples are one attempt per pending (prompt, attempt), each its own constraint."""
+    from little_dragon.generation.shared_prefix import sample_token_ids
+
+    per_chunk = max(1, batch_size // max(k, 1))
+
+    def run(ps: list[str], kk: int, chunk: int) -> tuple[list[list[str]], list[list[ScriptConstraint]]]:
+        n = kk if temperature > 0 else 1
+        proc = hook.attempt_processor(ps, n)
+        out = sample_token_ids(model, tokenizer, ps, kk, max_new_tokens, temperature, prompts_per_chunk=chunk,
+                               logits_processor=proc)
+        texts = [[tokenizer.decode(ids, skip_special_tokens=True) for ids in a] for a in out.token_ids]
+        cons = [[proc.constraints[p * n + (a if n == kk else 0)] for a in range(kk)] for p in range(len(ps))]
+        return texts, cons
+
+    t0 = time.perf_counter()
+    raw, cons = run(prompts, k, per_chunk)
+    first_seconds = time.perf_counter() - t0
+    generated = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for ts in raw for t in ts)
+    scripts = [[c.script(t) for c, t in zip(cs, ts)] for cs, ts in zip(cons, raw)]
+    ok = [[not c.dead for c in cs] for cs in cons]
+    first, first_ok = [list(s) for s in scripts], [list(o) for o in ok]
+    final = [list(s) for s in scripts]
+    pending = [(p, a) for p in range(len(prompts)) for a in range(k) if not ok[p][a]]
+    for _ in range(max_resamples):
+        if not pending:
+            break
+        hook.stats.resampled += len(pending)
+        texts, cs = run([prompts[p] for p, _ in pending], 1, max(1, batch_size))
+        for (p, a), (t,), (c,) in zip(pending, texts, cs):
+            final[p][a] = c.script(t)
+            ok[p][a] = not c.dead
         pending = [(p, a) for p, a in pending if not ok[p][a]]
     n_tok = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for s in final for t in s)
     return ConstrainedResult(final, first, first_ok, hook.stats, time.perf_counter() - t0, n_tok, first_seconds,

@@ -6,7 +6,9 @@ scripts (``scripts[i]`` are prompt ``i``'s k attempts) and the wall time.  Local
 ``generation.openai_chat``.
 
 Constrained decoding: with ``generation.constrained: true`` the model's sampler gets the logits processor
-that ``little_dragon.generation.constrained.logits_processor_factory(tokenizer)`` builds (README.md).
+that ``little_dragon.generation.constrained.logits_processor_factory(tokenizer)`` builds (README.md), on the
+shared-prefix engine (``cache_implementation: shared_prefix``, the default) or through ``generate`` (dynamic,
+static); continuous batching refuses it.
 """
 from __future__ import annotations
 
@@ -75,15 +77,18 @@ class LocalGenerator:
             # constrained decoding: attempts that failed a line check are resampled (counted in .stats)
             from little_dragon.generation.constrained import generate_constrained
 
+            # on the shared-prefix engine (AttemptLogitsProcessor) or through generate (dynamic cache)
             return generate_constrained(self.model, self.tokenizer, prompts, k, self.cfg.max_new_tokens,
                                         self.cfg.temperature, batch_size=self.cfg.batch_size,
                                         max_resamples=self.cfg.constrained_resamples,
-                                        hook=self.logits_processor_factory).scripts
+                                        hook=self.logits_processor_factory,
+                                        cache_implementation=self.cfg.cache_implementation).scripts
 
         engine = self.cfg.cache_implementation
         if engine in ("continuous", "shared_prefix") and self.logits_processor_factory is not None:
-            raise ValueError(f"generation.cache_implementation {engine} takes no logits "
-                             "processor (constrained decoding needs dynamic or static)")
+            raise ValueError(f"generation.cache_implementation {engine} takes no logits-processor factory "
+                             "(a caller's own factory needs dynamic or static; generation.constrained runs on "
+                             "shared_prefix too)")
         if engine == "continuous":
             return sample_continuous(self.model, self.tokenizer, prompts, k, self.cfg.max_new_tokens,
                                      self.cfg.temperature)

@@ -20,6 +20,18 @@ as is); only the batching is ours: no library available to us (transformers' con
 dense mask over the whole flattened batch with SDPA, forks copy blocks; vLLM/FlashInfer are not on the device)
 shares a prompt across samples. Sampling is plain temperature sampling (``top_k`` 0, as ``sample_scripts``
 asks ``generate`` for); temperature 0 is greedy, one attempt repeated k times.
+
+**A per-step logits processor** (``logits_processor``: constrained decoding, ``generation.constrained``) sees the
+attempts by their own ids, which never change while rows leave the batch: attempt ``p * n + j`` is attempt ``j``
+of ``prompts[p]`` (``n`` = k, or 1 when greedy).  Every step, before the model's next forward pass, the engine
+hands it the tokens just sampled, ``proc.ahead(attempts, tokens, final)`` (``attempts`` the ids of the attempts
+that sampled them, EOS included; ``final``: no forward pass follows, the last tokens of the call), so its work on
+them can run while the model computes; after the forward it calls ``proc(attempts, input_ids, scores)`` on the
+attempts that have not ended: ``input_ids`` ``[m, t]`` their tokens so far, ``scores`` ``[m, V]`` their float
+logits, to be returned masked (``-inf``: not allowed).  Sampling then draws from the processed logits at the
+temperature (``log_softmax(scores / T)``: the masked, renormalised distribution; ``logprobs`` are its), one token
+per attempt also at the first step (so every attempt gets its own mask there too).  Without a processor nothing
+of this runs: the samples are the same as before it existed (same seed, same draws).
 """
 from __future__ import annotations
 
@@ -37,17 +49,19 @@ class SharedPrefixOutput:
 
 def sample_shared_prefix(model: Any, tokenizer: Any, prompts: list[str], k: int, max_new_tokens: int,
                          temperature: float, prompts_per_chunk: int = 4,
-                         generator: Any = None) -> list[list[str]]:
+                         generator: Any = None, logits_processor: Any = None) -> list[list[str]]:
     """``k`` sampled completions per prompt (``scripts[i]`` are prompt ``i``'s), ``prompts_per_chunk`` prompts
     (``k`` times as many sequences) decoded together; chunks hold prompts of similar length."""
     out = sample_token_ids(model, tokenizer, prompts, k, max_new_tokens, temperature, prompts_per_chunk,
-                           generator=generator)
+                           generator=generator, logits_processor=logits_processor)
     return [[tokenizer.decode(ids, skip_special_tokens=True) for ids in attempts] for attempts in out.token_ids]
 
 
 def sample_token_ids(model: Any, tokenizer: Any, prompts: list[str], k: int, max_new_tokens: int,
-                     temperature: float, prompts_per_chunk: int = 4, generator: Any = None) -> SharedPrefixOutput:
-    """Token ids and their log-probabilities; see ``sample_shared_prefix``."""
+                     temperature: float, prompts_per_chunk: int = 4, generator: Any = None,
+                     logits_processor: Any = None) -> SharedPrefixOutput:
+    """Token ids and their log-probabilities; see ``sample_shared_prefix`` (and the module's docstring for
+    ``logits_processor``)."""
     import torch
 
     from little_dragon.generation.grouped_attention import grouped_sdpa
@@ -67,7 +81,8 @@ def sample_token_ids(model: Any, tokenizer: Any, prompts: list[str], k: int, max
             for c in range(0, len(order), max(1, prompts_per_chunk)):
                 chunk = order[c:c + max(1, prompts_per_chunk)]
                 toks, lps = _decode_chunk(model, [enc[i] for i in chunk], n, max_new_tokens, temperature,
-                                          _eos_ids(tokenizer), _pad_id(tokenizer), generator)
+                                          _eos_ids(tokenizer), _pad_id(tokenizer), generator,
+                                          logits_processor, chunk)
                 for i, t, lp in zip(chunk, toks, lps):
                     ids_out[i] = [a for a in t for _ in range(k // n)]
                     lp_out[i] = [a for a in lp for _ in range(k // n)]
@@ -86,7 +101,8 @@ def _pad_id(tokenizer: Any) -> int:
 
 
 def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float,
-                  eos: set[int], pad: int, generator: Any) -> tuple[list[list[list[int]]], list[list[list[float]]]]:
+                  eos: set[int], pad: int, generator: Any, proc: Any = None,
+                  prompt_index: list[int] | None = None) -> tuple[list[list[list[int]]], list[list[list[float]]]]:
     import torch
 
     device = next(model.parameters()).device
@@ -105,13 +121,20 @@ def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_token
     cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     cache = getattr(out, cache_kw)              # updated in place by every later forward
     _preallocate(cache, lp_ + n * max_new_tokens)
-    tok, lp = _sample(out.logits[:, -1, :].float(), n, temperature, generator)      # (rows, n)
     eos_t = torch.tensor(sorted(eos), device=device)
     alive = torch.arange(rows, device=device)        # cache row -> chunk row
     done = torch.zeros((rows, n), dtype=torch.bool, device=device)
+    hist_tok = torch.full((rows, n, max_new_tokens), pad, dtype=torch.long, device=device)
+    if proc is None:
+        tok, lp = _sample(out.logits[:, -1, :].float(), n, temperature, generator)      # (rows, n)
+    else:  # each attempt its own mask: the first step's logits once per attempt, one token each
+        # attempt ids: chunk row r, attempt j -> prompts' index * n + j (fixed while rows leave the batch)
+        base = torch.tensor(prompt_index if prompt_index is not None else list(range(rows)), device=device) * n
+        ids_of = base[:, None] + torch.arange(n, device=device)[None, :]             # (rows, n)
+        tok, lp = _processed_sample(proc, out.logits[:, -1, None, :].float().expand(rows, n, -1), ids_of,
+                                    done, hist_tok, alive, 0, temperature, generator)
     # the suffix mask: attempt j sees column Lp + s*n + j' iff j' == j (s <= t)
     eye = torch.eye(n, dtype=torch.bool, device=device)
-    hist_tok = torch.full((rows, n, max_new_tokens), pad, dtype=torch.long, device=device)
     hist_lp = torch.zeros((rows, n, max_new_tokens), dtype=torch.float32, device=device)
     n_steps = torch.zeros((rows, n), dtype=torch.long, device=device)   # tokens kept per attempt
     t = 0
@@ -122,7 +145,10 @@ def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_token
         n_steps[alive] += live.long()
         done = done | torch.isin(tok, eos_t)
         t += 1
-        if t >= max_new_tokens or bool(done.all()):
+        last = t >= max_new_tokens or bool(done.all())
+        if proc is not None:  # the tokens just sampled, before the next forward pass (or the end)
+            proc.ahead(ids_of[alive][live], tok[live], last)
+        if last:
             break
         keep = ~done.all(1)
         if not bool(keep.all()):                     # rows whose attempts all ended leave the batch
@@ -134,7 +160,11 @@ def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_token
                           eye.repeat(1, t)[None, None].expand(b, 1, n, n * t)], dim=-1)
         pos_ids = (lengths + (t - 1))[:, None].expand(b, n)
         out = model(input_ids=tok, attention_mask=mask, position_ids=pos_ids, use_cache=True, **{cache_kw: cache})
-        tok, lp = _sample(out.logits.float(), 1, temperature, generator)   # (b, n) from (b, n, V)
+        if proc is None:
+            tok, lp = _sample(out.logits.float(), 1, temperature, generator)   # (b, n) from (b, n, V)
+        else:
+            tok, lp = _processed_sample(proc, out.logits.float(), ids_of[alive], done, hist_tok, alive, t,
+                                        temperature, generator)
     # EOS ends an attempt and is not part of it (skip_special_tokens would drop it anyway)
     toks: list[list[list[int]]] = [[] for _ in range(rows)]
     lps: list[list[list[float]]] = [[] for _ in range(rows)]
@@ -148,6 +178,19 @@ def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_token
             toks[r].append(row)
             lps[r].append(lrow)
     return toks, lps
+
+
+def _processed_sample(proc: Any, logits: Any, ids_of: Any, done: Any, hist_tok: Any, alive: Any, t: int,
+                      temperature: float, generator: Any) -> tuple[Any, Any]:
+    """One token per attempt of ``logits`` ``(b, n, V)``; the attempts that have not ended (``~done``) go through
+    ``proc`` first (their ids ``ids_of`` ``(b, n)``, their ``t`` tokens so far, their logits), the others are
+    sampled unprocessed (their tokens are never kept)."""
+    live = ~done
+    scores = logits[live]                                       # (m, V), attempts in row-major order
+    scores = proc(ids_of[live], hist_tok[alive][live][:, :t], scores)
+    logits = logits.clone() if logits.stride(1) == 0 else logits     # the first step's expanded view
+    logits[live] = scores
+    return _sample(logits, 1, temperature, generator)
 
 
 def _preallocate(cache: Any, capacity: int) -> None:

@@ -1,0 +1,264 @@
+"""Constrained decoding on the shared-prefix engine (generation.shared_prefix + constrained.AttemptLogitsProcessor):
+every attempt is masked by its own constraint at every step -- also after rows have left the batch -- and the
+masked distribution it samples from is the one the same constraint gives the model's logits of that attempt
+alone (the HF ``generate`` path's processor, ``CodecLogitsProcessor``).
+
+Real parts: a tiny random-weight Llama (dragon_testkit.random_llama) over a byte-level BPE trained on the committed
+real llvm records' scripts (the tiny model's kind of tokenizer), the prompts of those records' real workloads
+(and a real matmul kernel), llguidance, TVM schedules.
+"""
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+import pytest
+
+from dragon_testkit import random_llama
+
+CODEC_DATA = Path(__file__).resolve().parents[1] / "codec" / "data"
+TARGET = {"kind": "llvm", "num-cores": 2}
+
+
+def _records():
+    from little_dragon.codec.roundtrip import read_database
+
+    for db in sorted((CODEC_DATA / "real_llvm_db").iterdir()):
+        for name, mod, recs in read_database(db):
+            for _, trace_json, target in recs:
+                yield name, mod, target, trace_json
+
+
+@pytest.fixture(scope="module")
+def setup():
+    """(model, tokenizer, prompts): the prompts of the committed records' two real workloads, a real matmul kernel,
+    and the first again (two prompts with the same text: their attempts must still keep their own constraints)."""
+    from dragon_testkit import matmul_tensors, prim_module
+
+    from little_dragon.codec import encode
+    from little_dragon.datasets.prompts import construction_prompt
+    from little_dragon.tokenizer import train_bpe_tokenizer
+
+    prompts, seen, texts = [], set(), []
+    for name, mod, target, tj in _records():
+        text = encode(tj)
+        lines = text.splitlines()
+        texts += [text, "\n".join(lines[:lines.index("post")] + ["post *"]) + "\n" if "post" in lines else text]
+        if name not in seen:
+            seen.add(name)
+            prompts.append(construction_prompt(mod.script(), json.loads(target)))
+    prompts.append(construction_prompt(prim_module(matmul_tensors(96)).script(), TARGET))
+    prompts.append(prompts[0])
+    bpe = train_bpe_tokenizer(texts * 4, vocab_size=600, split="phrases")
+    model, tok = random_llama(types.SimpleNamespace(tokenizer=bpe.backend_tokenizer), hidden=64, intermediate=96,
+                              heads=4, kv_heads=2, max_positions=4096, attn_implementation="sdpa")
+    return model, tok, prompts
+
+
+class Recording:
+    """The real processor, its per-step outputs kept (what the engine sampled from): attempt id -> [scores]."""
+
+    def __init__(self, proc):
+        self.proc, self.out, self.calls = proc, {}, 0
+
+    def ahead(self, attempts, tokens, final=False):
+        self.proc.ahead(attempts, tokens, final)
+
+    def __call__(self, attempts, input_ids, scores):
+        scores = self.proc(attempts, input_ids, scores)
+        self.calls += 1
+        for a, row in zip(attempts.tolist(), scores):
+            self.out.setdefault(a, []).append(row.clone())
+        return scores
+
+
+def _batch_sizes(model):
+    sizes = []
+    handle = model.register_forward_pre_hook(lambda m, a, kw: sizes.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    return sizes, handle
+
+
+def _alone(model, tok, prompt, new, ended, temperature):
+    """The masked log-softmax the HF path's processor gives this attempt alone, step by step: one unpadded sequence
+    teacher-forced through the model (stock sdpa), a fresh ``CodecLogitsProcessor`` of one fresh constraint."""
+    import torch
+
+    from little_dragon.generation import constrained
+
+    eng = constrained.engine_for(tok)
+    c = constrained.ScriptConstraint(eng, constrained.workload_of_prompt(prompt))
+    proc = constrained.CodecLogitsProcessor(eng, [c])
+    p = tok(prompt, add_special_tokens=False)["input_ids"]
+    steps = len(new) + ended  # the step that sampled EOS was masked too
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([p + new])).logits[0, len(p) - 1:len(p) - 1 + steps].float()
+    out = []
+    for s in range(steps):
+        scores = proc(torch.tensor([p + new[:s]]), logits[s:s + 1].clone())
+        out.append(torch.log_softmax(scores[0] / temperature, -1))
+    if steps:  # the HF processor consumes a token at the next step: the last one by hand
+        c.advance((new + [tok.eos_token_id] * ended)[-1])
+    return out, c
+
+
+def _allowed_by_a_fresh_constraint(tok, prompt, ids, ended) -> str | None:
+    from little_dragon.generation import constrained
+
+    eng = constrained.engine_for(tok)
+    c = constrained.ScriptConstraint(eng, constrained.workload_of_prompt(prompt))
+    bits = constrained.allocate_bitmask(1, eng.vocab_size)
+    for i, t in enumerate(ids + [tok.eos_token_id] * ended):
+        c.fill_mask(bits, 0)
+        if not (int(bits[0, t // 32]) >> (t % 32)) & 1:
+            return f"token {i} {tok.decode([t])!r} after {tok.decode(ids[:i])!r} ({c.error})"
+        c.advance(t)
+    return None
+
+
+def test_every_attempt_is_masked_by_its_own_constraint_as_if_alone(setup):
+    """Sampled on the engine under the constraint: every token of every attempt (its end included) is allowed by a
+    fresh constraint of its own prompt fed its own tokens; the distribution each step was sampled from (the
+    processed logits) is, entry by entry, the HF processor's masked log-softmax of the model's logits of that attempt
+    alone; the engine's log-probs are those; each attempt's constraint holds its own text; rows left the batch while
+    others decoded on."""
+    import torch
+
+    from little_dragon.generation import constrained
+    from little_dragon.generation.shared_prefix import sample_token_ids
+
+    model, tok, prompts = setup
+    k, temperature = 3, 0.8
+    hook = constrained.ConstrainedDecoding(tok)
+    proc = Recording(hook.attempt_processor(prompts, k))
+    sizes, handle = _batch_sizes(model)
+    try:
+        out = sample_token_ids(model, tok, prompts, k, 48, temperature, prompts_per_chunk=4, logits_processor=proc,
+                               generator=torch.Generator().manual_seed(0))
+    finally:
+        handle.remove()
+    decoding = sizes[1:]
+    assert decoding[0] == len(prompts) and min(decoding) < len(prompts), sizes  # rows left ...
+    assert decoding.count(min(decoding)) > 2, sizes                             # ... and the others went on
+    eos = tok.eos_token_id
+    lines = 0
+    for p, (attempts, lps) in enumerate(zip(out.token_ids, out.logprobs)):
+        for j, (new, lp) in enumerate(zip(attempts, lps)):
+            a = p * k + j
+            c = proc.proc.constraints[a]
+            ended = int(c.done)
+            assert _allowed_by_a_fresh_constraint(tok, prompts[p], new, ended) is None, (p, j)
+            alone, fresh = _alone(model, tok, prompts[p], new, ended, temperature)
+            got = [torch.log_softmax(s / temperature, -1) for s in proc.out[a]]
+            assert len(got) == len(alone) == len(new) + ended, (p, j)
+            for s, (g, want) in enumerate(zip(got, alone)):
+                assert torch.equal(torch.isinf(g), torch.isinf(want)), (p, j, s)      # the same allowed set
+                fin = torch.isfinite(want)
+                assert torch.allclose(g[fin], want[fin], atol=2e-4), (p, j, s)        # the same distribution
+            toks = new + [eos] * ended
+            assert lp == pytest.approx([float(alone[s][t]) for s, t in enumerate(toks)][:len(new)], abs=2e-4)
+            # its own constraint saw exactly its own tokens
+            assert (c.text, c.line, c.dead, c.done) == (fresh.text, fresh.line, fresh.dead, fresh.done), (p, j)
+            lines += c.text.count("\n")
+    assert lines > 0  # some lines ended and were checked (their workload's line grammars followed)
+    # and the dead: only EOS after a failed line (their masks after the kill are EOS alone)
+    for a, steps in proc.out.items():
+        c = proc.proc.constraints[a]
+        if c.dead:
+            assert torch.isfinite(steps[-1]).nonzero().flatten().tolist() == [eos]
+
+
+def test_greedy_constrained_equals_the_generate_path(setup):
+    """Greedy constrained decoding: the shared-prefix engine writes what transformers' generate with the HF path's
+    processor writes (the same masked argmax at every step), prompt by prompt."""
+    from little_dragon.generation import constrained
+    from little_dragon.generation.shared_prefix import sample_shared_prefix
+    from little_dragon.training.callbacks import sample_scripts
+
+    model, tok, prompts = setup
+    hf = sample_scripts(model, tok, prompts, 40, 0.0, batch_size=4, num_return_sequences=1,
+                        logits_processor_factory=constrained.ConstrainedDecoding(tok))
+    hook = constrained.ConstrainedDecoding(tok)
+    shared = sample_shared_prefix(model, tok, prompts, 1, 40, 0.0, prompts_per_chunk=4,
+                                  logits_processor=hook.attempt_processor(prompts, 1))
+    assert [a[0] for a in shared] == hf
+    assert any(s.strip() for s in hf)
+
+
+def test_generate_constrained_on_the_engine_decodes_and_resamples_with_own_constraints(setup):
+    """``generate_constrained(cache_implementation="shared_prefix")``: every script decodes; the first pass's verdicts
+    are its constraints'; resampled attempts keep what their own constraint checked; the constraint work beside the
+    forward pass in a thread samples the very same scripts; the free engine's attempts of the same model do not all
+    decode."""
+    import torch
+
+    from little_dragon import codec
+    from little_dragon.generation import constrained
+    from little_dragon.generation.shared_prefix import sample_shared_prefix
+
+    model, tok, prompts = setup
+    runs = []
+    for background in (False, True):
+        constrained.BACKGROUND = background
+        hook = constrained.ConstrainedDecoding(tok)
+        sizes, handle = _batch_sizes(model)
+        try:
+            torch.manual_seed(3)
+            r = constrained.generate_constrained(model, tok, prompts, 3, 48, 1.0, batch_size=12, max_resamples=1,
+                                                 hook=hook, cache_implementation="shared_prefix")
+        finally:
+            constrained.BACKGROUND = None
+            handle.remove()
+        runs.append((r, hook, sizes))
+    (r, hook, sizes), (r2, _, _) = runs
+    assert (r2.first_scripts, r2.scripts, r2.first_ok, r2.stats.lines) == (r.first_scripts, r.scripts, r.first_ok,
+                                                                            r.stats.lines)
+    assert sizes[1] == len(prompts) and len(set(sizes)) > 2  # the engine: one row per prompt, rows leaving
+    assert [len(s) for s in r.scripts] == [3] * len(prompts) and r.stats.attempts >= 3 * len(prompts)
+    for s in [x for ss in r.first_scripts + r.scripts for x in ss]:
+        codec.decode(s, codec.SyntaxOnlyContext())  # raises DecodeError if not
+    pending = [(p, a) for p in range(len(prompts)) for a in range(3) if not r.first_ok[p][a]]
+    assert pending and r.stats.resampled == len(pending)
+    assert len(hook.last_constraints) == len(pending)  # the resample pass: one attempt (and constraint) each
+    for (p, a), c in zip(pending, hook.last_constraints):
+        s = r.scripts[p][a]
+        assert s == c.text or (c.done and not c.dead and s.startswith(c.text)), (s, c.text, c.error)
+    torch.manual_seed(3)
+    free = sample_shared_prefix(model, tok, prompts, 3, 48, 1.0, prompts_per_chunk=4)
+    decoded = 0
+    for s in [x for ss in free for x in ss]:
+        try:
+            codec.decode(s, codec.SyntaxOnlyContext())
+            decoded += 1
+        except Exception:  # noqa: BLE001
+            pass
+    assert decoded < 3 * len(prompts)
+
+
+def test_local_generator_runs_constrained_on_the_shared_prefix_engine(setup):
+    """``generation.constrained: true`` with ``cache_implementation: shared_prefix`` decodes on the engine (its 4-D
+    attention mask), not through generate; continuous batching still refuses a constraint."""
+    import torch
+
+    from little_dragon.generation.config import GenerationConfig
+    from little_dragon.generation.sample import LocalGenerator
+
+    model, tok, prompts = setup
+    threads = torch.get_num_threads()
+    cfg = GenerationConfig(max_new_tokens=24, temperature=1.0, batch_size=6, constrained=True, constrained_resamples=0,
+                           cpu_threads=threads)
+    gen = LocalGenerator(None, cfg, model=model, tokenizer=tok)
+    masks = []
+    handle = model.register_forward_pre_hook(
+        lambda m, a, kw: masks.append(getattr(kw.get("attention_mask"), "dim", lambda: 0)()), with_kwargs=True)
+    try:
+        scripts = gen.generate(prompts[:2], 3)
+    finally:
+        handle.remove()
+    assert [len(s) for s in scripts] == [3, 3] and 4 in masks
+    assert gen.logits_processor_factory.stats.attempts == 6
+    import dataclasses
+
+    with pytest.raises(ValueError, match="continuous"):
+        LocalGenerator(None, dataclasses.replace(cfg, cache_implementation="continuous"), model=model,
+                       tokenizer=tok).generate(prompts[:1], 2)
