@@ -273,7 +273,10 @@ class StepTimer:
 
     def _pre(self, module: Any, args: Any, kwargs: Any) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
-        if ids is not None and ids.shape[-1] > 1 or not self.calls:
+        mask = kwargs.get("attention_mask")
+        # a prefill feeds a whole prompt; a shared-prefix decoding step feeds k tokens per row with a 4-D mask
+        prefill = ids is not None and ids.shape[-1] > 1 and not (mask is not None and mask.dim() == 4)
+        if prefill or not self.calls:
             self.calls.append([0.0, 0])
             self._t0 = time.perf_counter()
         else:
@@ -319,14 +322,27 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
 
     prompts = [r["prompt"] for r in rows]
     kind, _, rev = name.partition("@")
-    kind, _, mode = kind.partition("+")  # constrained+bg / +fg: the step's work beside the forward pass or not
+    # constrained+bg / +fg: the step's work beside the forward pass or not; +shared_prefix: the shared-prefix
+    # engine (generation.shared_prefix) instead of generate with a dynamic cache
+    kind, *modes = kind.split("+")
+    rev, *rev_modes = rev.split("+") if rev else [""]
+    modes += rev_modes
+    engine = "shared_prefix" if "shared_prefix" in modes else "dynamic"
+    mode = next((m for m in modes if m != "shared_prefix"), "")
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
     extra: dict[str, Any] = {}
     if kind == "free":
-        flat = sample_scripts(model, tok, prompts, args.max_new_tokens, args.temperature, batch_size=args.batch_size,
-                              num_return_sequences=args.k)
-        first = [flat[i * args.k:(i + 1) * args.k] for i in range(len(prompts))]
+        if engine == "shared_prefix":
+            from little_dragon.generation.shared_prefix import sample_shared_prefix
+
+            first = sample_shared_prefix(model, tok, prompts, args.k, args.max_new_tokens, args.temperature,
+                                         prompts_per_chunk=max(1, args.batch_size // args.k))
+            flat = [t for ts in first for t in ts]
+        else:
+            flat = sample_scripts(model, tok, prompts, args.max_new_tokens, args.temperature,
+                                  batch_size=args.batch_size, num_return_sequences=args.k)
+            first = [flat[i * args.k:(i + 1) * args.k] for i in range(len(prompts))]
         final, gen_s = first, time.perf_counter() - t0
         extra = {"generated": sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in flat),
                  **timer.first(len(timer.calls))}
@@ -345,10 +361,11 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
         if knob:
             setattr(mod, *knob)
         t0 = time.perf_counter()
+        kw = {"cache_implementation": engine} if engine != "dynamic" else {}
         try:
             res = mod.generate_constrained(model, tok, prompts, args.k, args.max_new_tokens, args.temperature,
                                            batch_size=args.batch_size, max_resamples=args.max_resamples,
-                                           semantic=(kind == "constrained"))
+                                           semantic=(kind == "constrained"), **kw)
         finally:
             if knob:
                 setattr(mod, knob[0], saved)
@@ -464,7 +481,7 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
         res["same_scripts_every_run_as"] = [
             other for other in args.arms if other != name
             and all(r["first"] == arm["first"] and r["final"] == arm["final"] for r in runs[other] + runs[name])]
-        if name != "free":
+        if "stats" in arm:  # a constrained arm
             res["stats"] = arm["stats"]
             res["compile_work_s"] = arm.get("compile_work_s")
             res["resample_s"] = arm["resample_s"]
@@ -483,18 +500,27 @@ def _print_steps(out: dict[str, Any]) -> None:
     by the constraint's work (and the load); the prefill of each generate call is timed apart."""
     arms = out["arms"]
     base = arms.get("free", {})
+
+    def same_engine_free(name: str) -> dict[str, Any]:  # the free arm on the arm's own engine
+        return arms.get("free+shared_prefix", {}) if "shared_prefix" in name else base
+
+    def ratio(a: Any, b: Any) -> str:
+        return f"{a / b:.2f}x" if a and b else "-"
+
     print("\n| arm | generate calls | prefill s | decoding steps | decoding s (median; runs) | ms per step | "
-          "per-step slowdown vs free | sampled tokens | tokens/s excl. prefill | slowdown | load (1 min) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "per-step vs free | per-step vs free on its engine | sampled tokens | tokens/s excl. prefill | "
+          "tokens/s vs free | wall s (first pass, median) | load (1 min) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, a in arms.items():
         ms, tps = a.get("ms_per_step"), a.get("decode_tokens_per_s")
-        slow = f"{ms / base['ms_per_step']:.2f}x" if ms and base.get("ms_per_step") else "-"
-        slow_t = f"{base['decode_tokens_per_s'] / tps:.2f}x" if tps and base.get("decode_tokens_per_s") else "-"
+        own = same_engine_free(name)
         loads = " ".join(f"{x[0]:.1f}-{x[1]:.1f}" for x in a.get("load_1min") or [] if x)
         print(f"| {name} | {a.get('prefills', '-')} | {a.get('prefill_s', 0.0):.2f} | {a.get('steps', '-')} | "
               f"{a['decode_s']:.2f} ({' '.join(f'{x:.2f}' for x in a['decode_s_runs'])}) | "
-              f"{ms if ms is None else round(ms, 2)} | {slow} | {a.get('generated_tokens')} | "
-              f"{tps if tps is None else round(tps, 1)} | {slow_t} | {loads} |")
+              f"{ms if ms is None else round(ms, 2)} | {ratio(ms, base.get('ms_per_step'))} | "
+              f"{ratio(ms, own.get('ms_per_step'))} | {a.get('generated_tokens')} | "
+              f"{tps if tps is None else round(tps, 1)} | {ratio(base.get('decode_tokens_per_s'), tps)} | "
+              f"{a['gen_s']:.2f} | {loads} |")
 
 
 def _print_costs(out: dict[str, Any]) -> None:
@@ -571,7 +597,9 @@ def main(argv: list[str] | None = None) -> int:
                          "constrained@REV / syntax@REV: the constraint's code as of git revision REV (before/after); "
                          "constrained+bg / +fg: a step's constraint work beside the forward pass in a thread, or not "
                          "(default: beside it where the model is on an accelerator); constrained+threads / +inline: "
-                         "line grammars compiled in worker threads or inline (default: threads on an accelerator)")
+                         "line grammars compiled in worker threads or inline (default: threads on an accelerator); "
+                         "free+shared_prefix / constrained+shared_prefix: on the shared-prefix engine "
+                         "(generation/shared_prefix.py) instead of generate with a dynamic cache")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs of each arm, round robin (median reported)")
     ap.add_argument("--evaluate", action="store_true", help="correctness and speedup through the Evaluator")
     ap.add_argument("--threads", type=int, default=0)

@@ -23,7 +23,8 @@ class GenerationConfig:
                                                       "shared_prefix (generation/shared_prefix.py: one cache row "
                                                       "per prompt, read once by its k attempts, whose tokens are "
                                                       "interleaved after it; rows leave when their attempts end; "
-                                                      "not with constrained decoding). "
+                                                      "constrained decoding runs on it through its per-attempt "
+                                                      "processor hook). "
                                                       "benchmarks/generation_speed.py compares them.")
     constrained: bool = field(False, help="Constrained decoding (generation/constrained.py): only scripts the "
                                           "codec grammar accepts; needs that module. Also the SFT stage's "
