@@ -393,28 +393,37 @@ def _score(rows: list[dict[str, Any]], attempts: list[list[str]], tok: Any, eval
             verdicts.append((r, s, v))
     out = {"attempts": n, "decode_rate": dec / max(n, 1), "apply_rate": ok / max(n, 1),
            "tokens": sum(len(tok(s, add_special_tokens=False)["input_ids"]) for ss in attempts for s in ss)}
+    # every attempt's script and verdict, so a surprising rate can be read attempt by attempt afterwards
+    # (the device's machine is gone by then)
+    out["per_attempt"] = [{"prompt": rows.index(r), "script": s, "decoded": bool(v.decoded), "valid": bool(v.valid),
+                           "error": v.error[:300]} for r, s, v in verdicts]
     if evaluate:
-        out.update(_evaluate(verdicts))
+        out.update(_evaluate(verdicts, out["per_attempt"]))
     return out
 
 
-def _evaluate(verdicts: list[tuple[dict[str, Any], str, Any]]) -> dict[str, Any]:
-    """Correctness and speedup of every attempt through the Evaluator, grouped by target."""
+def _evaluate(verdicts: list[tuple[dict[str, Any], str, Any]],
+              per_attempt: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Correctness and speedup of every attempt through the Evaluator, grouped by target (each attempt's
+    category, speedup and message also written into ``per_attempt``, in the order of ``verdicts``)."""
     import math
     from collections import Counter, defaultdict
 
     from little_dragon.evaluator.pool import EvalRequest, Evaluator
 
     by_target: dict[str, list] = defaultdict(list)
-    for r, s, _ in verdicts:
+    for i, (r, s, _) in enumerate(verdicts):
         t = r.get("target")
-        by_target[t if isinstance(t, str) else json.dumps(t, sort_keys=True)].append((r, s))
+        by_target[t if isinstance(t, str) else json.dumps(t, sort_keys=True)].append((i, r, s))
     cats: Counter = Counter()
     speedups = []
     for target, items in by_target.items():
         with Evaluator(json.loads(target)) as ev:
-            reqs = [EvalRequest(r["tvmscript"], s, r.get("start_script") or None) for r, s in items]
-            for res in ev.evaluate_batch(reqs):
+            reqs = [EvalRequest(r["tvmscript"], s, r.get("start_script") or None) for _, r, s in items]
+            for (i, _, _), res in zip(items, ev.evaluate_batch(reqs)):
+                if per_attempt is not None:
+                    per_attempt[i].update(category=res.category, speedup=res.speedup,
+                                          message=res.message[:300])
                 cats[res.category] += 1
                 if res.category == "correct" and res.speedup:
                     speedups.append(res.speedup)
