@@ -71,6 +71,13 @@ class Workload:
 
         return (structural_hash(self.mod), self.target)
 
+    @functools.cached_property
+    def post_context(self) -> Any:
+        """The ``post *`` context of this kernel and target (it caches its derivations)."""
+        from little_dragon.codec import PostprocContext
+
+        return PostprocContext(self.mod, self.target)
+
 
 @functools.lru_cache(maxsize=256)
 def _module(tvmscript: str) -> Any:
@@ -525,14 +532,30 @@ class ScriptConstraint:
                 self.line = rest.lstrip(b"\n")
 
     def script(self, generated: str) -> str:
-        """The attempt's script: the generated text, or, when generation stopped mid-line (the token budget
-        ran out), its complete lines only (each was checked; a partial line would not decode)."""
-        if self.dead:  # its checked lines and the line that failed (the verdict names it)
-            return self.text
+        """The attempt's script: the generated text, or, when a line check killed it or generation stopped
+        mid-line (the token budget ran out), its complete checked lines, finished by ``post *``."""
+        if self.dead:
+            return self._finished(self.text)
         if self.done:
             return generated
         self.stats.truncated += 1
-        return self.text
+        return self._finished(self.text)
+
+    def _finished(self, text: str) -> str:
+        """Checked lines that stop short of ``post *``, finished by the target's post-processors, as MetaSchedule
+        finishes every candidate; the lines alone when the post-processors refuse them.  Without ``post *`` a
+        CUDA prefix is an unfinished kernel: blocks left unbound, cooperative fetches not rewritten (session 8's
+        H200 A/B scored such prefixes: 23 apply errors and 3 wrong results among 32 first-pass attempts)."""
+        if self.workload is None or self.finished or not text.strip():
+            return text
+        from little_dragon.codec.validity import check_module_script
+
+        candidate = text + "post *\n"
+        try:
+            ok = check_module_script(candidate, self.workload.mod, self.workload.post_context).valid
+        except Exception:  # noqa: BLE001 - any failure of the derivation: keep the checked lines as they are
+            ok = False
+        return candidate if ok else text
 
     def fill_mask(self, bitmask: Any, row: int) -> None:
         """Write the allowed-token bitmask of this attempt into ``bitmask[row]`` (llguidance layout)."""
