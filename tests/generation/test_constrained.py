@@ -22,19 +22,6 @@ CUDA_HARVEST = ROOT / "data" / "harvest" / "cuda-sm_90-6e5dd8"
 CUDA_PER_WORKLOAD = 1
 
 
-def _hf(tokenizer_obj):
-    from transformers import PreTrainedTokenizerFast
-
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer_obj, eos_token="<|endoftext|>",
-                                   clean_up_tokenization_spaces=False)
-
-
-@pytest.fixture(scope="module")
-def smollm2(token_counter):
-    """SmolLM2-135M's tokenizer (49k subwords, digits split), as generation uses it."""
-    return _hf(token_counter.tokenizer)
-
-
 def _records(db_dirs, per_workload=None):
     """(workload name, module, target JSON, trace JSON) of every record of MetaSchedule databases."""
     from little_dragon.codec.roundtrip import read_database
@@ -58,13 +45,14 @@ def _forms(trace_json) -> list[tuple[str, str]]:
     return forms
 
 
-def _feed(engine, workload, text, tokenizer):
-    """Feed ``text`` + EOS token by token; returns None when every token was allowed, else where not."""
+def _feed(engine, workload, text, tokenizer, eos=True):
+    """Feed ``text`` (+ EOS: a whole script) token by token; returns None when every token was allowed, else
+    where not."""
     from little_dragon.generation.constrained import ScriptConstraint, allocate_bitmask
 
     c = ScriptConstraint(engine, workload)
     bits = allocate_bitmask(1, engine.vocab_size)
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] + ([tokenizer.eos_token_id] if eos else [])
     for i, t in enumerate(ids):
         c.fill_mask(bits, 0)
         if not (int(bits[0, t // 32]) >> (t % 32)) & 1:
@@ -130,7 +118,8 @@ def _matmul_workload():
 
 
 def _allowed(engine, workload, text, tokenizer) -> bool:
-    return _feed(engine, workload, text, tokenizer) is None
+    """``text`` is allowed as the beginning of a script (no end: EOS comes only after the post-processing)."""
+    return _feed(engine, workload, text, tokenizer, eos=False) is None
 
 
 def test_forbids_a_bad_block_name_a_non_dividing_tile_and_unknown_variables(smollm2):

@@ -11,17 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 
 CODEC_DATA = Path(__file__).resolve().parents[2] / "tests" / "codec" / "data"
-
-
-@pytest.fixture(scope="module")
-def smollm2(token_counter):
-    from transformers import PreTrainedTokenizerFast
-
-    return PreTrainedTokenizerFast(tokenizer_object=token_counter.tokenizer, eos_token="<|endoftext|>",
-                                   clean_up_tokenization_spaces=False)
 
 
 def _workload():

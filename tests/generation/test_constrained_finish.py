@@ -7,17 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
 CODEC_DATA = Path(__file__).resolve().parents[2] / "tests" / "codec" / "data"
-
-
-@pytest.fixture(scope="module")
-def smollm2(token_counter):
-    from transformers import PreTrainedTokenizerFast
-
-    return PreTrainedTokenizerFast(tokenizer_object=token_counter.tokenizer, eos_token="<|endoftext|>",
-                                   clean_up_tokenization_spaces=False)
 
 
 def _prefixes():
@@ -92,3 +83,29 @@ def test_a_finished_attempt_is_left_as_written(smollm2):
     assert c.script(text) == text
     empty = _constraint_after(engine, wl, "", smollm2)
     assert empty.script("") == ""
+
+
+def _allowed(c, token, vocab):
+    from little_dragon.generation.constrained import allocate_bitmask
+
+    bits = allocate_bitmask(1, vocab)
+    c.fill_mask(bits, 0)
+    return bool((int(bits[0, token // 32]) >> (token % 32)) & 1)
+
+
+def test_no_end_before_the_post_processing(smollm2):
+    """EOS is masked after every complete line (and right after a line's last token, where no newline has
+    checked it yet) until `post *` is written; after `post *` it is allowed."""
+    from little_dragon.generation.constrained import TokenEngine, Workload
+
+    engine = TokenEngine(smollm2)
+    eos = smollm2.eos_token_id
+    for name, mod, target, lines in _prefixes():
+        wl = Workload(mod, target)
+        for k in (1, len(lines) // 2, len(lines)):
+            c = _constraint_after(engine, wl, "\n".join(lines[:k]) + "\n", smollm2)
+            assert not _allowed(c, eos, engine.vocab_size), (name, k)
+            c = _constraint_after(engine, wl, "\n".join(lines[:k]), smollm2)  # the line's last token, no newline
+            assert not _allowed(c, eos, engine.vocab_size), (name, k, "mid-line")
+        c = _constraint_after(engine, wl, "\n".join(lines) + "\npost *\n", smollm2)
+        assert _allowed(c, eos, engine.vocab_size), name

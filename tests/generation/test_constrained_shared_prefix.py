@@ -139,7 +139,7 @@ def test_every_attempt_is_masked_by_its_own_constraint_as_if_alone(setup):
         handle.remove()
     decoding = sizes[1:]
     assert decoding[0] == len(prompts) and min(decoding) < len(prompts), sizes  # rows left ...
-    assert decoding.count(min(decoding)) > 2, sizes                             # ... and the others went on
+    assert sum(s < len(prompts) for s in decoding) > 2, str(sizes)             # ... and the others went on
     eos = tok.eos_token_id
     lines = 0
     for p, (attempts, lps) in enumerate(zip(out.token_ids, out.logprobs)):

@@ -15,14 +15,6 @@ import pytest
 
 
 @pytest.fixture(scope="module")
-def smollm2(token_counter):
-    from transformers import PreTrainedTokenizerFast
-
-    return PreTrainedTokenizerFast(tokenizer_object=token_counter.tokenizer, eos_token="<|endoftext|>",
-                                   clean_up_tokenization_spaces=False)
-
-
-@pytest.fixture(scope="module")
 def engine(smollm2):
     from little_dragon.generation.constrained import TokenEngine
 

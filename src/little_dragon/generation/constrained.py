@@ -420,6 +420,7 @@ class ScriptConstraint:
         self.line = b""           # bytes of the current line
         self.n_insts = 0
         self.finished = False     # `post *` written: only the end may follow
+        self.post_section = False  # an explicit `post` line written (the self-contained form): it may end
         self.done = False         # EOS consumed
         self.dead = False
         self.error = ""
@@ -508,6 +509,7 @@ class ScriptConstraint:
             return
         self.text = candidate
         self.n_insts += 1
+        self.post_section = self.post_section or line.strip() == "post"
         self._new_line()
 
     # -- the two operations of a decoding step
@@ -570,6 +572,11 @@ class ScriptConstraint:
         restrict_whitespace([(self, row)], bitmask)
         self.stats.mask_s += time.perf_counter() - t0
 
+    def may_end(self) -> bool:
+        """Whether EOS may come now: once the post-processing is written (`post *`, or an explicit `post`
+        section), never before (``restrict_whitespace``)."""
+        return self.finished or self.post_section
+
     def eos_only(self) -> bool:
         return self.dead or self.done or self.matcher.is_stopped()
 
@@ -616,6 +623,12 @@ def fill_masks(constraints: list[ScriptConstraint], bitmask: Any) -> None:
 # alternative, and ``%ignore`` let the untrained SmolLM2 write spaces after it until the budget ran out);
 # the rule then leaves no token, and the attempt is ended like a line that does not apply (counted in
 # ``rejected_apply`` as "dead end", resampled).
+# The end, likewise: the codec reads a script without post-processing, but MetaSchedule post-processes every
+# candidate and the encoder writes every trace with it, so EOS is masked until `post *` (or an explicit `post`
+# section) is written.  Allowed earlier, EOS ended half of the constrained attempts of a CPU A/B on CUDA prompts
+# (16 of 32; free: none), and an EOS right after a line's last token left that line unchecked (no newline,
+# so no line check): the final check then refused it.  An attempt cut off by the token budget is finished by
+# `post *` where the post-processors accept its lines (``ScriptConstraint._finished``).
 # The grammar and the decoder are unchanged (``test_real_harvest_records_are_never_forbidden``: the
 # encoder's text of every real record is still accepted token by token).
 WS_START, WS_SPACE, WS_MID = range(3)
@@ -635,6 +648,10 @@ def restrict_whitespace(rows: list[tuple[ScriptConstraint, int]], bitmask: Any) 
     states = torch.tensor([c.whitespace_state() for c, _ in rows])
     grammar = bitmask[idx]
     out = grammar & masks[states]
+    early = torch.tensor([not c.may_end() for c, _ in rows])
+    if bool(early.any()):  # no end before the post-processing (see above)
+        e = rows[0][0].engine.eos_id
+        out[early, e // 32] &= ~_bit(e % 32)
     bitmask[idx] = out
     for (c, row), ok in zip(rows, (out != 0).any(-1).tolist()):
         if not ok:
