@@ -80,6 +80,20 @@ def test_compare_counts_the_two_models(evaluations):
     assert sum(c.a_wins for c in cmp.tasks.values()) >= 1
 
 
+def test_compare_names_one_model_by_its_folders(evaluations, tmp_path):
+    """One model evaluated twice (e.g. constrained and free decoding): the sentence names the two folders,
+    not the same label twice."""
+    import shutil
+
+    from little_dragon.evaluation.compare import compare_dirs
+
+    a, b = tmp_path / "constrained", tmp_path / "free"
+    for d in (a, b):
+        shutil.copytree(evaluations["trained"].out_dir, d)
+    s = compare_dirs(a, b).sentence()
+    assert s.startswith(f"{MODEL_NAME}/v2 (constrained) beats {MODEL_NAME}/v2 (free) on "), s
+
+
 def test_promotion_gate_refuses_untrained_and_promotes_better(evaluations, eval_cfgs, tmp_path):
     from mlflow import MlflowClient
 

@@ -90,6 +90,8 @@ def compare_dirs(dir_a: str | Path, dir_b: str | Path, tie_tolerance: float = 0.
         summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
         names.append(summary.get("model_label") or d.name)
         protos.append(summary.get("protocol"))
+    if names[0] == names[1]:  # one model decoded two ways (constrained vs free): the folders tell them apart
+        names = [f"{n} ({Path(d).name})" for n, d in zip(names, (dir_a, dir_b))]
     if protos[0] and protos[1] and protos[0] != protos[1]:
         raise UserError(f"{dir_a} and {dir_b} were evaluated under different protocols ({protos[0]} vs "
                         f"{protos[1]}: sealed set, target, k or prompt draw differ); re-evaluate one")
