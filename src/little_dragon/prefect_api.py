@@ -94,7 +94,8 @@ def wait_http(url: str, timeout_s: float, proc: subprocess.Popen | None = None, 
 
 @contextlib.contextmanager
 def exit_on_signals() -> Iterator[None]:
-    """Turn SIGTERM/SIGHUP into ``SystemExit`` while inside, so ``finally`` blocks (stopping children) run.
+    """Turn SIGTERM/SIGHUP into ``SystemExit`` (and SIGINT into ``KeyboardInterrupt`` even where it was
+    inherited ignored) while inside, so ``finally`` blocks (stopping children) run.
 
     Only the main thread can install handlers; elsewhere this is a no-op (the parent-death signal still
     reaps the children)."""
@@ -106,6 +107,11 @@ def exit_on_signals() -> Iterator[None]:
         raise SystemExit(128 + signum)
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    # Ctrl-C (SIGINT) stops too, as KeyboardInterrupt: a process started in the background by a shell without
+    # job control inherits SIGINT ignored, and Python then installs no handler for it (seen: `dragon services
+    # up` under a backgrounded CI script went on running after the SIGINT that stops it)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        old[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:

@@ -53,3 +53,30 @@ def test_temporary_server_dies_with_its_process(tmp_path, sig):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+SIGINT_CHILD = textwrap.dedent("""
+    import time
+    from little_dragon.prefect_api import exit_on_signals
+    try:
+        with exit_on_signals():
+            print("ready", flush=True)
+            time.sleep(120)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+""")
+
+
+def test_sigint_stops_a_process_that_inherited_it_ignored():
+    """Started the way a backgrounded script starts it (SIGINT ignored), a ``dragon services up`` must still stop
+    on SIGINT (Ctrl-C): inside ``exit_on_signals`` it is a KeyboardInterrupt."""
+    proc = subprocess.Popen([sys.executable, "-c", SIGINT_CHILD], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        assert "interrupted" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
