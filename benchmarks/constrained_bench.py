@@ -56,6 +56,17 @@ def _db_dirs(paths: list[str]) -> list[Path]:
     return out
 
 
+def first_forbidden(c: Any, ids: list[int], bits: Any, tok: Any) -> str:
+    """Feed ``ids`` to the constraint ``c`` token by token, each checked against the mask the sampler would
+    apply (``bits``: a one-row bitmask); where the first forbidden token is, or "" when all were allowed."""
+    for i, t in enumerate(ids):
+        c.fill_mask(bits, 0)
+        if not (int(bits[0, t // 32]) >> (t % 32)) & 1:
+            return f"token {i} {tok.decode([t])!r} after {tok.decode(ids[:i])[-100:]!r} {c.error}"
+        c.advance(t)
+    return ""
+
+
 def bench_harvest(args: argparse.Namespace) -> dict[str, Any]:
     from little_dragon.codec import encode
     from little_dragon.codec.roundtrip import read_database
@@ -96,12 +107,7 @@ def bench_harvest(args: argparse.Namespace) -> dict[str, Any]:
         t_rec = time.perf_counter()
         try:
             c = ScriptConstraint(engine, wl, stats)
-            for i, t in enumerate(ids):
-                c.fill_mask(bits, 0)
-                if not (int(bits[0, t // 32]) >> (t % 32)) & 1:
-                    why = f"token {i} {tok.decode([t])!r} after {tok.decode(ids[:i])[-100:]!r} {c.error}"
-                    break
-                c.advance(t)
+            why = first_forbidden(c, ids, bits, tok)
         except Exception as e:  # noqa: BLE001 - a crash is a failure of this record, counted; go on
             why = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"[:300]
         n += 1
@@ -383,20 +389,21 @@ def _score(rows: list[dict[str, Any]], attempts: list[list[str]], tok: Any, eval
     from little_dragon.datasets.validity import check_script
 
     n = dec = ok = 0
-    verdicts = []
-    for r, scripts in zip(rows, attempts):
+    verdicts, prompt_of = [], []
+    for i, (r, scripts) in enumerate(zip(rows, attempts)):
         for s in scripts:
             v = check_script(s, r)
             n += 1
             dec += v.decoded
             ok += v.valid
             verdicts.append((r, s, v))
+            prompt_of.append(i)
     out = {"attempts": n, "decode_rate": dec / max(n, 1), "apply_rate": ok / max(n, 1),
            "tokens": sum(len(tok(s, add_special_tokens=False)["input_ids"]) for ss in attempts for s in ss)}
     # every attempt's script and verdict, so a surprising rate can be read attempt by attempt afterwards
     # (the device's machine is gone by then)
-    out["per_attempt"] = [{"prompt": rows.index(r), "script": s, "decoded": bool(v.decoded), "valid": bool(v.valid),
-                           "error": v.error[:300]} for r, s, v in verdicts]
+    out["per_attempt"] = [{"prompt": i, "script": s, "decoded": bool(v.decoded), "valid": bool(v.valid),
+                           "error": v.error[:300]} for i, (_, s, v) in zip(prompt_of, verdicts)]
     if evaluate:
         out.update(_evaluate(verdicts, out["per_attempt"]))
     return out

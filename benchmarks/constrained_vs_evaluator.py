@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from constrained_bench import load_tokenizer
+    from constrained_bench import first_forbidden, load_tokenizer
 
     from little_dragon.codec.roundtrip import read_database
     from little_dragon.generation.constrained import (ConstraintStats, ScriptConstraint, TokenEngine, Workload,
@@ -55,14 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             workloads[r.workload_id] = Workload(mod, recs[0][2])
         text = r.script if r.script.endswith("\n") else r.script + "\n"
         ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        why = ""
         c = ScriptConstraint(engine, workloads[r.workload_id], stats)
-        for i, t in enumerate(ids):
-            c.fill_mask(bits, 0)
-            if not (int(bits[0, t // 32]) >> (t % 32)) & 1:
-                why = f"token {i} {tok.decode([t])!r} after ...{tok.decode(ids[:i])[-120:]!r}"
-                break
-            c.advance(t)
+        why = first_forbidden(c, ids, bits, tok)
         bad = bool(why) or c.dead
         out.append({"file": p, "prompt_id": r.prompt_id, "attempt": int(r.attempt), "workload_id": r.workload_id,
                     "category": r.category, "ok": not bad, "why": why or c.error})
