@@ -534,10 +534,11 @@ class ScriptConstraint:
                 self.line = rest.lstrip(b"\n")
 
     def script(self, generated: str) -> str:
-        """The attempt's script: the generated text, or, when a line check killed it or generation stopped
-        mid-line (the token budget ran out), its complete checked lines, finished by ``post *``."""
-        if self.dead:
-            return self._finished(self.text)
+        """The attempt's script: the generated text; when generation stopped mid-line (the token budget ran out)
+        or a decode check or dead end killed it, its complete checked lines, finished by ``post *``; when TVM
+        refused a line, the lines up to and including that one."""
+        if self.dead:  # a line TVM refused ends its text (the verdict names it): no `post *` could apply
+            return self.text if self.error.startswith("apply:") else self._finished(self.text)
         if self.done:
             return generated
         self.stats.truncated += 1
@@ -965,15 +966,9 @@ def _generate_constrained(model: Any, tokenizer: Any, prompts: list[str], k: int
             ok.append([not d for d in dead[j * k:(j + 1) * k]] if len(dead) == len(texts) else [True] * k)
     first_seconds = time.perf_counter() - t0
     generated = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in raw)
-    first = [list(s) for s in scripts]
-    first_ok = [list(o) for o in ok]
-    final = [list(s) for s in scripts]
-    pending = [(p, a) for p in range(len(prompts)) for a in range(k) if not ok[p][a]]
-    for _ in range(max_resamples):
-        if not pending:
-            break
-        hook.stats.resampled += len(pending)
-        texts = []
+
+    def resample(pending: list[tuple[int, int]]) -> dict[tuple[int, int], tuple[str, bool]]:
+        out = {}
         for i in range(0, len(pending), batch_size):
             part = pending[i:i + batch_size]
             # sampled first: ``hook.last_constraints`` are this batch's only once sample_scripts made them (read
@@ -981,16 +976,11 @@ def _generate_constrained(model: Any, tokenizer: Any, prompts: list[str], k: int
             # lines and cut-off lines included, were kept as the resampled scripts)
             raw = sample_scripts(model, tokenizer, [prompts[p] for p, _ in part], max_new_tokens, temperature,
                                  batch_size=batch_size, num_return_sequences=1, logits_processor_factory=hook)
-            texts += _scripts_of(hook.last_constraints, raw)
-            dead = [c.dead for c in hook.last_constraints]
-            texts_ok = [not d for d in dead]
-            for (p, a), t, good in zip(part, texts[i:i + len(part)], texts_ok):
-                final[p][a] = t
-                ok[p][a] = good
-        pending = [(p, a) for p, a in pending if not ok[p][a]]
-    n_tok = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for s in final for t in s)
-    return ConstrainedResult(final, first, first_ok, hook.stats, time.perf_counter() - t0, n_tok, first_seconds,
-                             generated)
+            texts = _scripts_of(hook.last_constraints, raw)
+            out.update(zip(part, zip(texts, [not c.dead for c in hook.last_constraints])))
+        return out
+
+    return _with_resamples(tokenizer, scripts, ok, max_resamples, hook, resample, t0, first_seconds, generated)
 
 
 def _generate_constrained_shared(model: Any, tokenizer: Any, prompts: list[str], k: int, max_new_tokens: int,
@@ -1018,19 +1008,31 @@ def _generate_constrained_shared(model: Any, tokenizer: Any, prompts: list[str],
     generated = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for ts in raw for t in ts)
     scripts = [[c.script(t) for c, t in zip(cs, ts)] for cs, ts in zip(cons, raw)]
     ok = [[not c.dead for c in cs] for cs in cons]
-    first, first_ok = [list(s) for s in scripts], [list(o) for o in ok]
-    final = [list(s) for s in scripts]
-    pending = [(p, a) for p in range(len(prompts)) for a in range(k) if not ok[p][a]]
+
+    def resample(pending: list[tuple[int, int]]) -> dict[tuple[int, int], tuple[str, bool]]:
+        texts, cs = run([prompts[p] for p, _ in pending], 1, max(1, batch_size))
+        return {pa: (c.script(t), not c.dead) for pa, (t,), (c,) in zip(pending, texts, cs)}
+
+    return _with_resamples(tokenizer, scripts, ok, max_resamples, hook, resample, t0, first_seconds, generated)
+
+
+def _with_resamples(tokenizer: Any, scripts: list[list[str]], ok: list[list[bool]], max_resamples: int,
+                    hook: ConstrainedDecoding, resample: Any, t0: float, first_seconds: float,
+                    generated: int) -> ConstrainedResult:
+    """The first pass's ``scripts`` and ``ok`` (per prompt, per attempt), then at most ``max_resamples`` passes
+    of ``resample(pending)`` (``{(prompt, attempt): (script, ok)}``) over the attempts a line check killed."""
+    first, first_ok = [list(x) for x in scripts], [list(o) for o in ok]
+    final = [list(x) for x in scripts]
+    pending = [(p, a) for p in range(len(scripts)) for a in range(len(scripts[p])) if not ok[p][a]]
     for _ in range(max_resamples):
         if not pending:
             break
         hook.stats.resampled += len(pending)
-        texts, cs = run([prompts[p] for p, _ in pending], 1, max(1, batch_size))
-        for (p, a), (t,), (c,) in zip(pending, texts, cs):
-            final[p][a] = c.script(t)
-            ok[p][a] = not c.dead
+        for (p, a), (text, good) in resample(pending).items():
+            final[p][a] = text
+            ok[p][a] = good
         pending = [(p, a) for p, a in pending if not ok[p][a]]
-    n_tok = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for s in final for t in s)
+    n_tok = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for x in final for t in x)
     return ConstrainedResult(final, first, first_ok, hook.stats, time.perf_counter() - t0, n_tok, first_seconds,
                              generated)
 
