@@ -149,8 +149,13 @@ def test_forbids_a_bad_block_name_a_non_dividing_tile_and_unknown_variables(smol
     assert _allowed(engine, wl, "blk root\nann b0 .unroll_explicit cat 0 16 64 = 2\n", smollm2)
     many = " ".join(str(i) for i in range(20))
     assert _allowed(engine, wl, f"blk root\nann b0 .unroll_explicit cat {many} = 19\n", smollm2)
-    # the reject at line end: TVM refuses to parallelise a reduction loop; the attempt is dead (EOS only)
-    assert "apply" in (_feed(engine, wl, good + "loops b0 5\npar l10\n", smollm2) or "")
+    # l10 carries the reduction iter k: par/vec/a block bind are masked (TVM's iter-type rule), a threadIdx bind
+    # (cross-thread reduction) is not
+    assert not _allowed(engine, wl, good + "loops b0 5\npar l10\n", smollm2)
+    assert not _allowed(engine, wl, good + "loops b0 5\nbind l10 bx\n", smollm2)
+    assert _allowed(engine, wl, good + "loops b0 5\nbind l10 tx", smollm2)
+    # the reject at line end: TVM refuses to fuse loops that are not parent and child; the attempt is dead
+    assert "apply" in (_feed(engine, wl, good + "loops b0 5\nfuse l6 l9\n", smollm2) or "")
 
 
 def _train_briefly(model, tok, texts, steps=40):

@@ -44,3 +44,50 @@ def test_split_postproc_and_tensor_intrinsic_detection():
     assert split_postproc(pre) == (pre, None)
     assert not needs_tensor_intrinsics(trace)
     assert needs_tensor_intrinsics([[["Annotate", ["b0", "1"], ["meta_schedule.auto_tensorize"], []]], []])
+
+
+
+# Scripts that make TVM 0.27's RewriteParallelVectorizeUnroll loop forever (it never removes a root annotation
+# whose value it cannot read as an integer other than -1): checked in a child process under a 4 GiB
+# address-space limit, so a regression fails this test (bad_alloc or the timeout) instead of taking the test run
+# to the machine's OOM killer, as the unguarded check did (24 GB in seconds).
+_CHILD = r"""
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+import tvm
+from tvm import te
+from little_dragon.codec.postproc import PostprocContext
+from little_dragon.codec.validity import check_module_script
+a = te.placeholder((64, 64), name="A"); b = te.placeholder((64, 64), name="B")
+k = te.reduce_axis((0, 64), name="k")
+c = te.compute((64, 64), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+mod = tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+ctx = PostprocContext(mod, {"kind": "llvm", "num-cores": 2})
+for script in sys.argv[1:]:
+    v = check_module_script(script, mod, ctx)
+    print(repr((v.applied, v.error)), flush=True)
+"""
+
+
+def _verdicts(scripts: list[str]) -> list[tuple[bool, str]]:
+    import ast
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _CHILD, *scripts], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return [ast.literal_eval(line) for line in out.stdout.splitlines() if line.startswith("(")]
+
+
+def test_a_root_annotation_tvm_would_loop_on_is_rejected_at_once():
+    """A string, a float or -1 as the value of `parallel`/`vectorize`/`unroll` on the root block: the
+    post-processing is refused with the reason, before TVM is asked; integers post-process as before."""
+    bad = [f"blk C\nblk root\nann b1 {key} {value}\npost *\n"
+           for key in ("parallel", "vectorize", "unroll") for value in ('"SSRSRS"', "-1", "1.5")]
+    good = "blk C\nblk root\nann b1 parallel 64\nann b1 vectorize 0\nann b1 unroll cat unroll = 2\npost *\n"
+    *verdicts, ok = _verdicts(bad + [good])
+    assert len(verdicts) == len(bad)
+    for script, (applied, error) in zip(bad, verdicts):
+        assert not applied, script
+        assert "RewriteParallelVectorizeUnroll" in error and "non-negative integer" in error, (script, error)
+    assert ok[0], ok[1]

@@ -10,6 +10,9 @@ block, loop and value defined) map onto TVM objects.  From the live schedule we 
 - each live loop's extent (``tile l<k> = ...`` must multiply to it: MetaSchedule's perfect tile);
 - how many loops sit above each live block (``loops b<k> N``), its child/producer/consumer counts
   (``kids``/``prods``/``cons``), and how many buffers it reads and writes (``cread``/``cwrite`` index);
+- which block iters each live loop carries (``par``/``vec``/``bind``: TVM parallelizes, vectorizes or binds a
+  loop only if every block iter whose binding uses it is data parallel, or, for a bind to ``threadIdx.*``, a
+  reduction iter: ``CheckLoopParallelizableInBlock``);
 - the names of all blocks of the scheduled function (``blk NAME``; cache stages add names such as
   ``C_local``).
 
@@ -40,6 +43,9 @@ class ScheduleState:
     n_consumers: dict[int, int]        # live block -> consumers (``cons b N``)
     n_reads: dict[int, int]            # live block -> buffers read (``cread b i``: i < n)
     n_writes: dict[int, int]           # live block -> buffers written (``cwrite b i``)
+    # live loop -> the block iters under it whose bindings use it: "S" only data-parallel ones (or none),
+    # "R" a reduction iter too (a bind to threadIdx.x/y/z only), "X" any other kind (no par/vec/bind)
+    loop_iters: dict[int, str] = dataclasses.field(default_factory=dict)
 
 
 def _int(x: Any) -> int | None:
@@ -69,6 +75,7 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
     get = _ffi_api.ScheduleGet
     blocks: dict[int, str] = {}
     loops: dict[int, int | None] = {}
+    loop_vars: dict[int, int] = {}  # live loop -> its loop variable's handle
     block_rvs: dict[int, Any] = {}
     nb = nl = nv = 0
     if rvs is None:
@@ -86,6 +93,7 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
             loop = None if i in gone else _safe(lambda: get(sch, rv), None)
             if loop is not None:
                 loops[nl] = _int(loop.extent)
+                loop_vars[nl] = hash(loop.loop_var)
             else:
                 gone.add(i)
             nl += 1
@@ -105,7 +113,59 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
         st.n_producers[k] = _safe(lambda: len(_query(sch, _ffi_api.ScheduleGetProducers, rv)), -1)
         st.n_consumers[k] = _safe(lambda: len(_query(sch, _ffi_api.ScheduleGetConsumers, rv)), -1)
     st.block_names = _block_names(sch)
+    if loop_vars:
+        kinds = _loop_iter_kinds(sch)
+        st.loop_iters = {k: kinds.get(h, "S") for k, h in loop_vars.items()}
     return st
+
+
+def _loop_iter_kinds(sch: Any) -> dict[int, str]:
+    """Loop variable handle -> "R"/"X" for the loops of the scheduled function that some block iter other than
+    a data-parallel one uses in its binding (absent: "S").  TVM's ``CheckParallelizability`` visits every block
+    realize under the loop that has a schedule sref (the blocks of ``init`` have none: not walked), and for each
+    iter whose binding uses the loop variable allows a data-parallel iter, or a reduction iter when binding to
+    threadIdx.x/y/z; this is that rule, read for all loops in one walk of the IR."""
+    from tvm.s_tir import SBlockRealize
+    from tvm.tirx import For, IfThenElse, SeqStmt, Stmt, analysis
+
+    funcs = list(sch.mod.functions.values())
+    kinds: dict[int, str] = {}
+    above: list[int] = []  # handles of the loop variables enclosing the statement visited
+
+    def visit(stmt: Any) -> None:
+        if isinstance(stmt, For):
+            above.append(hash(stmt.loop_var))
+            visit(stmt.body)
+            above.pop()
+        elif isinstance(stmt, SBlockRealize):
+            block = stmt.block
+            if above:
+                for iv, binding in zip(block.iter_vars, stmt.iter_values):
+                    kind = int(iv.iter_type)
+                    if kind == 0:  # data parallel
+                        continue
+                    used = {hash(v) for v in analysis.undefined_vars(binding, [])}
+                    for h in above:
+                        if h in used and kinds.get(h) != "X":
+                            kinds[h] = "R" if kind == 2 else "X"  # 2: a commutative reduction
+            visit(block.body)
+        elif isinstance(stmt, SeqStmt):
+            for s in stmt.seq:
+                visit(s)
+        elif isinstance(stmt, IfThenElse):
+            visit(stmt.then_case)
+            if stmt.else_case is not None:
+                visit(stmt.else_case)
+        else:
+            body = getattr(stmt, "body", None)
+            if isinstance(body, Stmt):
+                visit(body)
+
+    for f in funcs:
+        body = getattr(f, "body", None)
+        if isinstance(body, Stmt):
+            visit(body)
+    return kinds
 
 
 def _n_loops_above(sch: Any, rv: Any) -> int:

@@ -406,6 +406,27 @@ def _prefix_state(mod: Any, text: str, key: Any = None) -> ScheduleState:
     return live_state(live)
 
 
+def _post_hazard(insts: list) -> str | None:
+    """Why one of ``insts`` (a line's trace JSON) would stop the post-processing, or None.  Checked at the line's
+    end: the annotation keys RewriteParallelVectorizeUnroll reads take a non-negative integer literal (a value
+    variable, sampled, is checked by ``tvmx.postprocs.check_root_annotations`` when post-processing), and the
+    grammar's generic `key value` cannot exclude a few key spellings from its name terminal."""
+    from little_dragon.tvmx.postprocs import parallel_vectorize_unroll_error
+
+    for inst in insts:
+        if inst[0] != "Annotate" or len(inst[1]) < 2 or not inst[2]:
+            continue
+        value = inst[1][1]
+        if isinstance(value, str) and value[:1] == "v" and value[1:].isdigit():
+            continue
+        if isinstance(value, str):
+            value = value.strip('"') if value[:1] == '"' else value
+        why = parallel_vectorize_unroll_error(str(inst[2][0]), value)
+        if why is not None:
+            return why
+    return None
+
+
 # ------------------------------------------------------------------------------------- one attempt's state
 class ScriptConstraint:
     """The constraint of one attempt, advanced token by token.
@@ -503,9 +524,13 @@ class ScriptConstraint:
             self.line = b""
             return
         try:
-            _decode(candidate)
+            insts = _decode(candidate)[0]
         except Exception as e:  # noqa: BLE001 - the grammars disagree; count it, end the attempt
             self._kill("decode", e)
+            return
+        why = _post_hazard(insts[len(_decode(self.text)[0]) if self.text else 0:])
+        if why is not None:  # the line is left out: the checked lines before it are finished by `post *`
+            self._kill("annotation", why)
             return
         self.text = candidate
         self.n_insts += 1

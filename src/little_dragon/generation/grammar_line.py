@@ -252,7 +252,8 @@ def _option_rules() -> list[str]:
 # rules replaced whole (their codec body is the generic one)
 _REPLACED = ("start:", "k_blk:", "k_loops:", "k_kids:", "k_prods:", "k_cons:", "k_cread:", "k_cwrite:",
              "k_tile:", "k_cat:", "k_anncat:", "factor:", "decision:", "BREF:", "LREF:", "VREF:",
-             "k_reorder:", "k_ptile:", "k_loc:", "k_atloc:", "k_pad:", "k_outblks:", "list:", "SYM:", "STRING:", "o_")
+             "k_reorder:", "k_ptile:", "k_loc:", "k_atloc:", "k_pad:", "k_outblks:", "list:", "SYM:", "STRING:", "o_",
+             "k_par:", "k_vec:", "k_bind:")
 
 
 @functools.lru_cache(maxsize=1)
@@ -284,7 +285,24 @@ _SYNTAX_ONLY = "\n".join([
     "BREF: /b[0-9]+/", "LREF: /l[0-9]+/", "VREF: /v[0-9]+/",
     'k_blk: "blk" name o_fn?', 'k_loops: "loops" BREF COUNT', 'k_kids: "kids" ref_bl COUNT',
     'k_prods: "prods" BREF COUNT', 'k_cons: "cons" BREF COUNT', 'k_cread: "cread" BREF SINT name o_c?',
-    'k_cwrite: "cwrite" BREF SINT name o_c?', 'k_tile: "tile" LREF o_m? pdecision'])
+    'k_cwrite: "cwrite" BREF SINT name o_c?', 'k_tile: "tile" LREF o_m? pdecision',
+    'k_par: "par" LREF', 'k_vec: "vec" LREF', 'k_bind: "bind" LREF thread'])
+
+# the thread axes a loop that carries a reduction iter may be bound to (cross-thread reduction), in every form
+# the codec reads: its abbreviation, the tag as a name, the tag as a string
+_THREAD_IDX = ("tx", "ty", "tz") + tuple(f"threadIdx.{d}" for d in "xyz") + tuple(f'"threadIdx.{d}"' for d in "xyz")
+
+
+def _parallel_rules(state: ScheduleState) -> list[str]:
+    """[par/vec/bind] TVM parallelizes, vectorizes or binds a loop only if every block iter whose binding uses
+    it is data parallel (``LPAR``), or binds it to threadIdx.x/y/z when a reduction iter is among them (``LRED``,
+    cross-thread reduction); a loop that carries any other iter kind is none of these (``state.loop_iters``)."""
+    kind = state.loop_iters
+    par = [f"l{k}" for k in sorted(state.loops) if kind.get(k, "S") == "S"]
+    red = [f"l{k}" for k in sorted(state.loops) if kind.get(k, "S") == "R"]
+    return ['k_par: "par" LPAR', 'k_vec: "vec" LPAR', 'k_bind: "bind" (LPAR thread | LRED TIDX)',
+            "LPAR: " + _alts(par), "LRED: " + _alts(red),
+            "TIDX: " + _alts(list(_THREAD_IDX))]
 
 
 def _reorder_rule(derived: bool) -> str:
@@ -302,7 +320,7 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(state.block_names), tuple(sorted(state.n_loops_above.items())),
             tuple(sorted(state.n_children.items())), tuple(sorted(state.n_producers.items())),
             tuple(sorted(state.n_consumers.items())), tuple(sorted(state.n_reads.items())),
-            tuple(sorted(state.n_writes.items())))
+            tuple(sorted(state.n_writes.items())), tuple(sorted(state.loop_iters.items())))
 
 
 def line_grammar(state: ScheduleState | None, first: bool = False, finished: bool = False,
@@ -366,5 +384,6 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     out += _index_rule("k_cread", "cread", state.n_reads)
     out += _index_rule("k_cwrite", "cwrite", state.n_writes)
     out += _tile_rules(state.loops, tile_counts, tile_loops)
+    out += _parallel_rules(state)
     out.append(_reorder_rule(reorder_derived))
     return "\n".join(out)

@@ -96,11 +96,51 @@ class PostprocRejected(Exception):
         self.reason = reason
 
 
+# The root-block annotations RewriteParallelVectorizeUnroll consumes.  TVM 0.27 (its ParseAnnotation) reads each
+# value as an IntImm, -1 when it is not one, and removes only the annotations whose value it read as other than
+# -1; its ``while (FindAnnotatedRootBlock(...))`` then finds the same annotation again, forever, growing the
+# schedule's symbol table each round: a string, a float or -1 there took a process to 24 GB and the OOM killer
+# in seconds (a constrained tiny model wrote `ann b1 parallel "SSRSRS"`).  MetaSchedule writes non-negative
+# integers (ParallelizeVectorizeUnroll: core counts, vector widths, sampled unroll steps).
+PARALLEL_VECTORIZE_UNROLL_KEYS = ("meta_schedule.parallel", "meta_schedule.vectorize",
+                                  "meta_schedule.unroll_explicit", "meta_schedule.unroll_implicit")
+
+
+def parallel_vectorize_unroll_error(key: str, value: Any) -> str | None:
+    """Why ``value`` (an int, or what the trace JSON holds) cannot be the value of root annotation ``key``, or
+    None when it can (also when ``key`` is not one RewriteParallelVectorizeUnroll reads)."""
+    if key not in PARALLEL_VECTORIZE_UNROLL_KEYS:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return None
+    return (f"annotation {key} = {value!r}: RewriteParallelVectorizeUnroll takes a non-negative integer "
+            "(on any other value TVM 0.27 loops forever)")
+
+
+def check_root_annotations(sch: Any) -> None:
+    """Raise PostprocRejected (RewriteParallelVectorizeUnroll) before TVM is asked to post-process a root-block
+    annotation it would loop on (``PARALLEL_VECTORIZE_UNROLL_KEYS``)."""
+    from tvm.tirx import IntImm, PrimFunc
+
+    for gv, func in sch.mod.functions.items():
+        if not isinstance(func, PrimFunc) or not hasattr(func.body, "block"):
+            continue
+        block = func.body.block
+        for key, value in block.annotations.items():
+            v = int(value.value) if isinstance(value, IntImm) else value
+            why = parallel_vectorize_unroll_error(str(key), v)
+            if why is not None:
+                raise PostprocRejected("RewriteParallelVectorizeUnroll", f"block {block.name_hint} of "
+                                       f"{gv.name_hint}: {why}")
+
+
 def run_postprocs(sch: Any, procs: list) -> None:
     """``enter_postproc()`` and each post-processor once, in order; raises PostprocRejected."""
     sch.enter_postproc()
     for p in procs:
         name = type(p).__name__
+        if name == "RewriteParallelVectorizeUnroll":
+            check_root_annotations(sch)
         try:
             ok = p.apply(sch)
         except Exception as e:  # noqa: BLE001  TVM raises several error types

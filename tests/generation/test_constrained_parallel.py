@@ -1,0 +1,155 @@
+"""`par`, `vec` and `bind` under the constraint (issue 16): TVM parallelizes, vectorizes or binds a loop only if
+every block iter whose binding uses the loop is data parallel, or, for a bind to threadIdx.x/y/z, a reduction iter
+(``CheckLoopParallelizableInBlock``). The constraint knows which iters each live loop carries
+(``ScheduleState.loop_iters``) and masks the lines TVM would refuse for that reason. On the H200 (session 8),
+46 of 61 apply rejections of constrained attempts were a reduction loop bound to a block axis (`bind .. bx`).
+
+Real parts only: the committed MetaSchedule databases (tests/codec/data, llvm conv2d and a CUDA tensor-core
+record), the codec, TVM's verdicts on a fresh schedule, llguidance.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "codec" / "data"
+FORMS = ("par {l}", "vec {l}", "bind {l} bx", "bind {l} vx", "bind {l} tx", 'bind {l} "threadIdx.y"')
+
+
+def _records(db: Path):
+    from little_dragon.codec.roundtrip import read_database
+
+    dbs = [db] if (db / "database_workload.json").exists() else sorted(p for p in db.iterdir() if p.is_dir())
+    for d in dbs:
+        for name, mod, recs in read_database(d):
+            for _, trace_json, target in recs:
+                yield name, mod, target, trace_json
+
+
+def _script(trace_json) -> list[str]:
+    from little_dragon.codec import encode
+
+    lines = encode(trace_json).splitlines()
+    return lines[:lines.index("post")] + ["post *"] if "post" in lines else lines
+
+
+@pytest.fixture(scope="module")
+def engine(smollm2):
+    from little_dragon.generation.constrained import TokenEngine
+
+    return TokenEngine(smollm2)
+
+
+def _allowed(engine, tok, workload, text: str) -> bool:
+    """Every token of ``text`` (a whole line after a prefix) allowed by the mask, and the constraint alive."""
+    from little_dragon.generation.constrained import ScriptConstraint, allocate_bitmask
+
+    c = ScriptConstraint(engine, workload)
+    bits = allocate_bitmask(1, engine.vocab_size)
+    for t in tok(text, add_special_tokens=False)["input_ids"]:
+        c.fill_mask(bits, 0)
+        if not (int(bits[0, t // 32]) >> (t % 32)) & 1:
+            return False
+        c.advance(t)
+    return True
+
+
+def _tvm_accepts(mod, text: str) -> bool:
+    """TVM's verdict on ``text`` (complete lines), applied whole to a fresh schedule."""
+    from little_dragon import codec
+    from little_dragon.generation.constrain_state import replay
+
+    trace_json = codec.decode(text, codec.SyntaxOnlyContext())
+    try:
+        replay(mod, trace_json)
+        return True
+    except Exception:  # noqa: BLE001 - TVM's ScheduleError (and what else it raises): the verdict
+        return False
+
+
+def _prefixes(db: Path, before: tuple[str, ...], limit: int):
+    """(workload, the record's lines up to a real line starting with one of ``before``) for real records."""
+    from little_dragon.generation.constrained import Workload
+
+    n = 0
+    for name, mod, target, tj in _records(db):
+        lines = _script(tj)
+        for i, line in enumerate(lines):
+            if line.startswith(before) and n < limit:
+                n += 1
+                yield name, mod, Workload(mod, target), "".join(x + "\n" for x in lines[:i])
+
+
+@pytest.mark.parametrize("db,before", [("real_llvm_db", ("par", "vec", "ann")), ("real_cuda_db", ("bind", "vec"))])
+def test_masked_par_vec_bind_lines_are_the_ones_tvm_refuses_for_their_iters(engine, smollm2, db, before):
+    """At real prefixes (right before a real record's `par`/`vec`/`bind` line): for every live loop and each form,
+    a line the mask forbids is one TVM refuses (the constraint never forbids what TVM accepts), a loop that
+    carries a reduction iter is forbidden `par`/`vec`/a block or vthread bind and allowed a threadIdx bind, and
+    the rule forbids something at these prefixes (the test would pass vacuously without it)."""
+    from little_dragon.generation.constrain_state import live_state, replay
+    from little_dragon import codec
+
+    forbidden = reductions = 0
+    for name, mod, wl, head in _prefixes(DATA / db, before, limit=3):
+        st = live_state(replay(mod, codec.decode(head, codec.SyntaxOnlyContext())))
+        assert set(st.loop_iters) == set(st.loops), name
+        for k, kind in sorted(st.loop_iters.items()):
+            for form in FORMS:
+                line = form.format(l=f"l{k}") + "\n"
+                ok = _allowed(engine, smollm2, wl, head + line)
+                if not ok:
+                    forbidden += 1
+                    assert not _tvm_accepts(mod, head + line), (name, line, kind)
+                if kind == "R":
+                    expect = "threadIdx" in form or " tx" in form
+                    assert ok == expect, (name, line)
+                if kind == "S":
+                    assert ok, (name, line)  # TVM's verdict decides at the line's end
+            reductions += kind == "R"
+    assert reductions and forbidden, (reductions, forbidden)
+
+
+def test_a_reduction_loop_bound_to_a_block_axis_is_refused_by_tvm_and_masked(engine, smollm2):
+    """The H200's most frequent rejection: a loop carrying a reduction iter bound to blockIdx. TVM refuses it on
+    the real CUDA record's workload; the mask forbids its thread token; the cross-thread form is allowed."""
+    from little_dragon.generation.constrain_state import live_state, replay
+    from little_dragon import codec
+
+    for name, mod, wl, head in _prefixes(DATA / "real_cuda_db", ("bind",), limit=1):
+        st = live_state(replay(mod, codec.decode(head, codec.SyntaxOnlyContext())))
+        red = [k for k, kind in st.loop_iters.items() if kind == "R"]
+        assert red, st.loop_iters
+        line = f"bind l{red[0]} bx\n"
+        assert not _tvm_accepts(mod, head + line)
+        assert not _allowed(engine, smollm2, wl, head + line)
+        assert _allowed(engine, smollm2, wl, head + f"bind l{red[0]} tx")
+        return
+    pytest.fail("no real CUDA record with a bind line")
+
+
+def test_a_root_annotation_the_post_processing_would_loop_on_ends_the_attempt_at_its_line(engine, smollm2):
+    """`ann b parallel "SSRSRS"` (what a constrained tiny model wrote in the SFT validity test) decodes and
+    applies, and TVM's RewriteParallelVectorizeUnroll then loops forever on it (tvmx.postprocs): the constraint
+    ends the attempt at that line, counted, and its checked lines are finished by `post *`; an integer value
+    goes on."""
+    import json
+
+    from dragon_testkit import matmul_tensors, prim_module
+
+    from little_dragon.generation.constrained import ScriptConstraint, Workload
+
+    wl = Workload(prim_module(matmul_tensors(64)), json.dumps({"kind": "llvm", "num-cores": 2}))
+    head = "blk C\nblk root\n"
+    for line, alive in (('ann b1 parallel "SSRSRS"', False), ("ann b1 vectorize -1", False),
+                        ("ann b1 .unroll_explicit 1.5", False), ("ann b1 parallel 64", True),
+                        ("ann b1 unroll cat unroll = 2", True)):
+        c = ScriptConstraint(engine, wl)
+        for t in smollm2(head + line + "\n", add_special_tokens=False)["input_ids"]:
+            c.advance(t)
+        assert c.dead != alive, (line, c.error)
+        if not alive:
+            assert c.error.startswith("annotation:") and "non-negative integer" in c.error, c.error
+            assert c.stats.rejected_apply == 1
+            assert c.script("") == head + "post *\n"
