@@ -117,3 +117,26 @@ def random_llama(token_counter, *, hidden: int, intermediate: int, heads: int, k
                       num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=max_positions,
                       eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id, **config)
     return LlamaForCausalLM(cfg).eval(), tok
+
+
+CODEC_DATA = Path(__file__).resolve().parent / "codec" / "data"  # the committed real MetaSchedule databases
+
+
+def real_records(db: Path):
+    """(name, module, target, trace JSON) of every record of a committed real database: ``db`` itself, or each
+    database folder inside it."""
+    from little_dragon.codec.roundtrip import read_database
+
+    dbs = [db] if (db / "database_workload.json").exists() else sorted(p for p in db.iterdir() if p.is_dir())
+    for d in dbs:
+        for name, mod, recs in read_database(d):
+            for _, trace_json, target in recs:
+                yield name, mod, target, trace_json
+
+
+def model_script_lines(trace_json) -> list[str]:
+    """A record's script as the model writes it: its lines, the post-processing written `post *`."""
+    from little_dragon.codec import encode
+
+    lines = encode(trace_json).splitlines()
+    return lines[:lines.index("post")] + ["post *"] if "post" in lines else lines

@@ -9,29 +9,17 @@ Real parts only: the committed MetaSchedule llvm database (tests/codec/data), th
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-LLVM_DB = ROOT / "tests" / "codec" / "data" / "real_llvm_db"
+from dragon_testkit import CODEC_DATA, real_records
+from dragon_testkit import model_script_lines as _script
+
+LLVM_DB = CODEC_DATA / "real_llvm_db"
 
 
 def _records():
-    from little_dragon.codec.roundtrip import read_database
-
-    for db in sorted(LLVM_DB.iterdir()):
-        for name, mod, recs in read_database(db):
-            for _, trace_json, target in recs:
-                yield name, mod, target, trace_json
-
-
-def _script(trace_json) -> list[str]:
-    """The lines the model writes (``post *`` form)."""
-    from little_dragon.codec import encode
-
-    lines = encode(trace_json).splitlines()
-    return lines[:lines.index("post")] + ["post *"] if "post" in lines else lines
+    return real_records(LLVM_DB)
 
 
 @pytest.fixture(scope="module")

@@ -12,27 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from dragon_testkit import CODEC_DATA as DATA
+from dragon_testkit import model_script_lines as _script
+from dragon_testkit import real_records as _records
 
-ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "tests" / "codec" / "data"
 FORMS = ("par {l}", "vec {l}", "bind {l} bx", "bind {l} vx", "bind {l} tx", 'bind {l} "threadIdx.y"')
-
-
-def _records(db: Path):
-    from little_dragon.codec.roundtrip import read_database
-
-    dbs = [db] if (db / "database_workload.json").exists() else sorted(p for p in db.iterdir() if p.is_dir())
-    for d in dbs:
-        for name, mod, recs in read_database(d):
-            for _, trace_json, target in recs:
-                yield name, mod, target, trace_json
-
-
-def _script(trace_json) -> list[str]:
-    from little_dragon.codec import encode
-
-    lines = encode(trace_json).splitlines()
-    return lines[:lines.index("post")] + ["post *"] if "post" in lines else lines
 
 
 @pytest.fixture(scope="module")
