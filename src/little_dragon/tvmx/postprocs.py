@@ -114,7 +114,7 @@ def parallel_vectorize_unroll_error(key: str, value: Any) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return None
     return (f"annotation {key} = {value!r}: RewriteParallelVectorizeUnroll takes a non-negative integer "
-            "(on any other value TVM 0.27 loops forever)")
+            "(on a string, a float or -1 TVM 0.27 loops forever)")
 
 
 def check_root_annotations(sch: Any) -> None:
