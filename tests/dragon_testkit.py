@@ -140,3 +140,20 @@ def model_script_lines(trace_json) -> list[str]:
 
     lines = encode(trace_json).splitlines()
     return lines[:lines.index("post")] + ["post *"] if "post" in lines else lines
+
+
+def feed_constraint(engine, workload, tok, text: str):
+    """Feed ``text`` to a fresh ``ScriptConstraint`` token by token, each checked against the mask the sampler
+    would apply: (None, constraint) when every token was allowed, else (the position and token refused,
+    constraint)."""
+    from little_dragon.generation.constrained import ScriptConstraint, allocate_bitmask
+
+    c = ScriptConstraint(engine, workload)
+    bits = allocate_bitmask(1, engine.vocab_size)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    for i, t in enumerate(ids):
+        c.fill_mask(bits, 0)
+        if not (int(bits[0, t // 32]) >> (t % 32)) & 1:
+            return f"token {i} {tok.decode([t])!r} after {tok.decode(ids[:i])[-60:]!r}", c
+        c.advance(t)
+    return None, c

@@ -13,6 +13,7 @@ import random
 import pytest
 
 from dragon_testkit import CODEC_DATA, real_records
+from dragon_testkit import feed_constraint as _walk
 from dragon_testkit import model_script_lines as _script
 
 LLVM_DB = CODEC_DATA / "real_llvm_db"
@@ -49,22 +50,6 @@ def engine(bpe):
     from little_dragon.generation.constrained import TokenEngine
 
     return TokenEngine(bpe)
-
-
-def _walk(engine, workload, tok, text: str):
-    """Feed ``text`` token by token: (None, constraint) when every token was allowed, else (the position and
-    token refused, constraint)."""
-    from little_dragon.generation.constrained import ScriptConstraint, allocate_bitmask
-
-    c = ScriptConstraint(engine, workload)
-    bits = allocate_bitmask(1, engine.vocab_size)
-    ids = tok(text, add_special_tokens=False)["input_ids"]
-    for i, t in enumerate(ids):
-        c.fill_mask(bits, 0)
-        if not (int(bits[0, t // 32]) >> (t % 32)) & 1:
-            return f"token {i} {tok.decode([t])!r} after {tok.decode(ids[:i])[-60:]!r}", c
-        c.advance(t)
-    return None, c
 
 
 def _decodes(text: str) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from dragon_testkit import CODEC_DATA as DATA
+from dragon_testkit import feed_constraint
 from dragon_testkit import model_script_lines as _script
 from dragon_testkit import real_records as _records
 
@@ -27,17 +28,8 @@ def engine(smollm2):
 
 
 def _allowed(engine, tok, workload, text: str) -> bool:
-    """Every token of ``text`` (a whole line after a prefix) allowed by the mask, and the constraint alive."""
-    from little_dragon.generation.constrained import ScriptConstraint, allocate_bitmask
-
-    c = ScriptConstraint(engine, workload)
-    bits = allocate_bitmask(1, engine.vocab_size)
-    for t in tok(text, add_special_tokens=False)["input_ids"]:
-        c.fill_mask(bits, 0)
-        if not (int(bits[0, t // 32]) >> (t % 32)) & 1:
-            return False
-        c.advance(t)
-    return True
+    """Every token of ``text`` (a whole line after a prefix) allowed by the mask."""
+    return feed_constraint(engine, workload, tok, text)[0] is None
 
 
 def _tvm_accepts(mod, text: str) -> bool:

@@ -419,8 +419,6 @@ def _post_hazard(insts: list) -> str | None:
         value = inst[1][1]
         if isinstance(value, str) and value[:1] == "v" and value[1:].isdigit():
             continue
-        if isinstance(value, str):
-            value = value.strip('"') if value[:1] == '"' else value
         why = parallel_vectorize_unroll_error(str(inst[2][0]), value)
         if why is not None:
             return why
