@@ -334,7 +334,6 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
     rev, *rev_modes = rev.split("+") if rev else [""]
     modes += rev_modes
     engine = "shared_prefix" if "shared_prefix" in modes else "dynamic"
-    mode = next((m for m in modes if m != "shared_prefix"), "")
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
     extra: dict[str, Any] = {}
@@ -359,13 +358,10 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
         work0 = getattr(engine, "compile_work_s", None)
         torch.manual_seed(args.seed)
         timer.calls.clear()
-        # +bg / +fg: the step's work beside the forward pass or not (BACKGROUND); +threads / +inline: line
-        # grammars compiled in worker threads or inline (COMPILE_THREADS; code older than it has none)
-        knob = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
-                "inline": ("COMPILE_THREADS", False)}.get(mode) if mode else None
-        saved = getattr(mod, knob[0], None) if knob else None
-        if knob:
-            setattr(mod, *knob)
+        knobs = [_knob(m) for m in modes if m != "shared_prefix"]
+        saved = [(name, getattr(mod, name, None)) for name, _ in knobs]
+        for name, value in knobs:
+            setattr(mod, name, value)
         t0 = time.perf_counter()
         kw = {"cache_implementation": engine} if engine != "dynamic" else {}
         try:
@@ -373,8 +369,8 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
                                            batch_size=args.batch_size, max_resamples=args.max_resamples,
                                            semantic=(kind == "constrained"), **kw)
         finally:
-            if knob:
-                setattr(mod, knob[0], saved)
+            for name, value in saved:
+                setattr(mod, name, value)
         first, final, gen_s = res.first_scripts, res.scripts, res.first_seconds
         extra_s = res.seconds - res.first_seconds
         extra = {"stats": res.stats.as_dict(), "resample_s": extra_s, "generated": getattr(res, "first_generated", None),
@@ -383,6 +379,20 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
                  # the first pass's generate calls: the same batching as the free arm's (sample_scripts)
                  **timer.first(-(-len(prompts) // max(1, args.batch_size // args.k)))}
     return {"first": first, "final": final, "gen_s": gen_s, **extra}
+
+
+def _knob(mode: str) -> tuple[str, Any]:
+    """An arm's ``+mode``: the constrained module's setting it stands for.  +bg / +fg: the step's work beside the
+    forward pass or not (BACKGROUND); +threads / +inline: line grammars compiled in worker threads or inline
+    (COMPILE_THREADS; code older than it has none); +si<ms>: the GIL's switch interval while the work runs beside
+    the forward pass (SWITCH_INTERVAL_S; +si5 is Python's own 5 ms)."""
+    fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
+             "inline": ("COMPILE_THREADS", False)}
+    if mode in fixed:
+        return fixed[mode]
+    if mode.startswith("si"):
+        return ("SWITCH_INTERVAL_S", float(mode[2:]) / 1e3)
+    raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, si<ms>, shared_prefix)")
 
 
 def _score(rows: list[dict[str, Any]], attempts: list[list[str]], tok: Any, evaluate: bool) -> dict[str, Any]:
@@ -439,6 +449,19 @@ def _evaluate(verdicts: list[tuple[dict[str, Any], str, Any]],
     return {"correct_rate": cats["correct"] / max(n, 1), "categories": dict(cats), "geomean_speedup_correct": geo}
 
 
+def _write(args: argparse.Namespace, ab: dict[str, Any]) -> None:
+    """The A/B so far to ``--out`` (atomically): written before the slow scoring and after each arm's, so a run cut
+    by a time limit keeps its timing."""
+    if args.out:
+        import os
+
+        path = Path(args.out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps({"ab": ab}, indent=2, default=str))
+        os.replace(tmp, path)
+
+
 def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -449,20 +472,30 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
     tok = AutoTokenizer.from_pretrained(args.model)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
+    rows = _rows(args.rows, args.prompts, args.seed)
+    if args.evaluate_from:
+        return _score_saved(args, rows, tok)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype).to(device).eval()
-    rows = _rows(args.rows, args.prompts, args.seed)
     out: dict[str, Any] = {"model": args.model, "rows": args.rows, "prompts": len(rows), "k": args.k,
                            "temperature": args.temperature, "max_new_tokens": args.max_new_tokens, "device": device,
-                           "arms": {}}
+                           "max_resamples": args.max_resamples, "warmup_rounds": args.warmup, "arms": {}}
     _warm(rows, tok)
+    # untimed rounds first: one-off costs of a process (the first constrained run on the H200 took 2.5x its
+    # second, session 9) are charged to no arm
+    for w in range(args.warmup):
+        for name in args.arms:
+            log.info("warm-up %s (round %d/%d, untimed)", name, w + 1, args.warmup)
+            _arm(name, model, tok, rows, args)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in args.arms}
     for rep in range(args.repeat):  # round robin: the machine's load drifts alike over every arm
         for name in args.arms:
             log.info("arm %s (run %d/%d): %d prompts x %d attempts", name, rep + 1, args.repeat, len(rows), args.k)
             runs[name].append(_arm(name, model, tok, rows, args))
             r = runs[name][-1]  # the timing now (a run cut short by a time limit still leaves it in the log)
-            log.info("%s: %s sampled tokens in %.1f s; %s", name, r.get("generated"), r["gen_s"],
+            steps, pre = r.get("steps") or 0, r.get("prefill_s", 0.0)
+            log.info("%s: %s sampled tokens in %.1f s (%d decoding steps, prefill %.2f s: %.2f ms a step); %s", name,
+                     r.get("generated"), r["gen_s"], steps, pre, 1e3 * (r["gen_s"] - pre) / max(steps, 1),
                      json.dumps({k: v for k, v in r.get("stats", {}).items() if k != "reasons"}))
     import statistics
 
@@ -475,12 +508,13 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
         arm = runs[name][0]
         times = [r["gen_s"] for r in runs[name]]
         gen_s = statistics.median(times)
-        first = _score(rows, arm["first"], tok, args.evaluate)
         # tokens of the first pass's scripts per second of the first pass (equal attempts both arms)
         # sampled tokens per second: the decoding throughput (a constrained attempt cut off by the token
         # budget keeps only its complete lines: its tokens count here, not in the scripts' tokens/s)
-        res = {"first_pass": first, "gen_s": gen_s, "gen_s_runs": times, "tokens_per_s": first["tokens"] / gen_s,
-               "generated_tokens": arm["generated"], "generated_tokens_per_s": arm["generated"] / gen_s}
+        script_tokens = sum(len(tok(t, add_special_tokens=False)["input_ids"]) for ss in arm["first"] for t in ss)
+        res = {"gen_s": gen_s, "gen_s_runs": times, "tokens_per_s": script_tokens / gen_s,
+               "generated_tokens": arm["generated"], "generated_tokens_per_s": arm["generated"] / gen_s,
+               "first_scripts": arm["first"], "final_scripts": arm["final"]}  # per prompt: --evaluate-from
         # per decoding step (prefills apart): the arms' batches are the same, their scripts' lengths are not
         decode_s = [r["gen_s"] - r.get("prefill_s", 0.0) for r in runs[name]]
         res.update({"steps": arm.get("steps"), "prefills": arm.get("prefills"),
@@ -502,13 +536,49 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
             res["compile_work_s"] = arm.get("compile_work_s")
             res["resample_s"] = arm["resample_s"]
             res["first_pass_rejected"] = arm["first_pass_rejected"]
-            res["after_resampling"] = _score(rows, arm["final"], tok, args.evaluate)
         out["arms"][name] = res
-        log.info("%s: %s", name, json.dumps({k: v for k, v in first.items() if k != "categories"}))
-    _print_ab(out)
     _print_steps(out)
     _print_costs(out)
+    _write(args, out)
+    _score_arms(out, {name: runs[name][0] for name in args.arms}, rows, tok, args)
+    _print_ab(out)
     return out
+
+
+def _score_arms(out: dict[str, Any], scripts: dict[str, dict[str, Any]], rows: list[dict[str, Any]], tok: Any,
+                args: argparse.Namespace) -> None:
+    """Every arm's first pass (and a constrained arm's resampled scripts) checked and, with ``--evaluate``,
+    evaluated; arms that sampled the very same scripts share one scoring.  ``--out`` rewritten after each arm."""
+    done: dict[str, dict[str, Any]] = {}
+
+    def score(attempts: list[list[str]]) -> dict[str, Any]:
+        key = json.dumps(attempts)
+        if key not in done:
+            done[key] = _score(rows, attempts, tok, args.evaluate)
+        return done[key]
+
+    for name, arm in scripts.items():
+        res = out["arms"][name]
+        log.info("scoring %s", name)
+        res["first_pass"] = score(arm["first"])
+        if "stats" in res:
+            res["after_resampling"] = score(arm["final"])
+        log.info("%s: %s", name, json.dumps({k: v for k, v in res["first_pass"].items()
+                                             if k not in ("categories", "per_attempt")}))
+        _write(args, out)
+
+
+def _score_saved(args: argparse.Namespace, rows: list[dict[str, Any]], tok: Any) -> dict[str, Any]:
+    """``--evaluate-from FILE``: score the scripts an earlier ``--ab`` run wrote (its generation in one device call,
+    its evaluation in the next); the same ``--rows``, ``--prompts`` and ``--seed`` give the same prompts."""
+    saved = json.loads(Path(args.evaluate_from).read_text())["ab"]
+    if saved["prompts"] != len(rows):
+        raise SystemExit(f"{args.evaluate_from}: {saved['prompts']} prompts, --rows/--prompts give {len(rows)}")
+    scripts = {name: {"first": res["first_scripts"], "final": res["final_scripts"]}
+               for name, res in saved["arms"].items()}
+    _score_arms(saved, scripts, rows, tok, args)
+    _print_ab(saved)
+    return saved
 
 
 def _print_steps(out: dict[str, Any]) -> None:
@@ -611,13 +681,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arms", nargs="+", default=["free", "constrained"],
                     help="free, syntax (grammar only), constrained (grammar + workload semantics); "
                          "constrained@REV / syntax@REV: the constraint's code as of git revision REV (before/after); "
+                         "constrained+si<ms>: the GIL's switch interval while that work runs beside the forward pass "
+                         "(+si5: Python's own); "
                          "constrained+bg / +fg: a step's constraint work beside the forward pass in a thread, or not "
                          "(default: beside it where the model is on an accelerator); constrained+threads / +inline: "
                          "line grammars compiled in worker threads or inline (default: threads on an accelerator); "
                          "free+shared_prefix / constrained+shared_prefix: on the shared-prefix engine "
                          "(generation/shared_prefix.py) instead of generate with a dynamic cache")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs of each arm, round robin (median reported)")
+    ap.add_argument("--warmup", type=int, default=0, help="untimed rounds of every arm before the timed ones")
     ap.add_argument("--evaluate", action="store_true", help="correctness and speedup through the Evaluator")
+    ap.add_argument("--evaluate-from", help="--ab: score the scripts of this earlier --out instead of sampling "
+                                            "(same --model, --rows, --prompts, --seed)")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="write the numbers as JSON here")
@@ -636,7 +711,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("nothing to do: --libraries, --harvest and/or --ab")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=2, default=str))
+        tmp = Path(args.out + ".tmp")
+        tmp.write_text(json.dumps(result, indent=2, default=str))
+        tmp.replace(args.out)
     return 0
 
 

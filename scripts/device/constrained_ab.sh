@@ -16,7 +16,10 @@
 #   env: OUT (results folder), PYTHON (default python3), PROMPTS (default 32), K (attempts per prompt, 4),
 #        MAX_NEW_TOKENS (1024), BATCH (sequences per generate call, 64), TEMPERATURE (0.7), RESAMPLES (2),
 #        ROWS (default artifacts/datasets/validation.jsonl), TARGET_FILTER (cuda: only rows of that target kind),
-#        ARMS (default "free syntax constrained"), EVALUATE (1), REPEAT (timed runs of each arm, round robin: 1).
+#        ARMS (default "free syntax constrained"), EVALUATE (1), REPEAT (timed runs of each arm, round robin: 1),
+#        WARMUP (untimed rounds of every arm first: 0), EVALUATE_FROM (score the scripts of an earlier run's JSON
+#        instead of sampling: generation in one device call, its evaluation in the next; writes *_scored.*).
+#   The JSON is written before the scoring (the timing and the scripts) and after each arm's scoring.
 # Expected on one H200 (estimate, not measured there): ~1 min setup (model, tensor intrinsics, the prompts'
 # workloads), ~1 min per free/syntax arm and ~2-3 min for the constrained arm (two generate calls of <= 1024
 # steps at batch 64, per-line TVM work ~5 ms a line, compiles overlapped), ~3-4 min evaluation: ~9-10 min
@@ -67,10 +70,12 @@ print(f"{n} rows of target {kind or 'any'}")
 EOF
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 EVAL_FLAG=""; [ "$EVALUATE" = 1 ] && EVAL_FLAG="--evaluate"
+NAME=constrained_ab_${TARGET_KEY}
+if [ -n "${EVALUATE_FROM:-}" ]; then EVAL_FLAG="$EVAL_FLAG --evaluate-from $EVALUATE_FROM"; NAME=${NAME}_scored; fi
 t0=$(date +%s)
 # shellcheck disable=SC2086
 "$PY" benchmarks/constrained_bench.py --ab --model "$MODEL" --rows "$RUN_ROWS" --prompts "$PROMPTS" --k "$K" \
   --max-new-tokens "$MAX_NEW_TOKENS" --batch-size "$BATCH" --temperature "$TEMPERATURE" --max-resamples "$RESAMPLES" \
-  --arms $ARMS --repeat "${REPEAT:-1}" $EVAL_FLAG --out "$OUT/constrained_ab_${TARGET_KEY}.json" 2>&1 | tee "$OUT/constrained_ab_${TARGET_KEY}.log" \
+  --arms $ARMS --repeat "${REPEAT:-1}" --warmup "${WARMUP:-0}" $EVAL_FLAG --out "$OUT/$NAME.json" 2>&1 | tee "$OUT/$NAME.log" \
   | grep -v " DEBUG " | tail -n 30
 echo "constrained_ab: $(( $(date +%s) - t0 )) s; outputs in $OUT"

@@ -212,15 +212,28 @@ def test_generation_under_constraint_writes_scripts_that_decode(smollm2):
     from little_dragon.generation import constrained
 
     after = torch.get_rng_state()
-    for background in (False, True):
-        constrained.BACKGROUND = background
-        try:
-            torch.set_rng_state(rng)
-            r = generate_constrained(model, tok, [prompt], k=4, max_new_tokens=96, temperature=1.0, batch_size=4,
-                                     max_resamples=1)
-        finally:
-            constrained.BACKGROUND = None
-        assert (r.first_scripts, r.scripts, r.stats.lines) == (res.first_scripts, res.scripts, res.stats.lines)
+    import sys
+
+    python_interval = sys.getswitchinterval()
+    seen: set[float] = set()  # the GIL's switch interval at each forward pass
+    spy = model.register_forward_pre_hook(lambda *_: seen.add(sys.getswitchinterval()))
+    try:
+        for background in (False, True):
+            constrained.BACKGROUND = background
+            seen.clear()
+            try:
+                torch.set_rng_state(rng)
+                r = generate_constrained(model, tok, [prompt], k=4, max_new_tokens=96, temperature=1.0,
+                                         batch_size=4, max_resamples=1)
+            finally:
+                constrained.BACKGROUND = None
+            assert (r.first_scripts, r.scripts, r.stats.lines) == (res.first_scripts, res.scripts, res.stats.lines)
+            # the shorter switch interval holds while the work runs beside the forward pass, and only then
+            threaded = background and constrained._workers() > 1
+            assert seen == {constrained.SWITCH_INTERVAL_S if threaded else python_interval}, (background, seen)
+            assert sys.getswitchinterval() == python_interval
+    finally:
+        spy.remove()
     # resampled attempts keep what their own constraint checked (complete lines; a failing line only when
     # TVM refused it): two prompts x 3 attempts, so the resample batch differs in size from the first pass
     hook = constrained.ConstrainedDecoding(tok)
