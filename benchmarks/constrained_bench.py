@@ -20,6 +20,7 @@ resampled (counted) and reported apart.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
@@ -384,15 +385,12 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
 def _knob(mode: str) -> tuple[str, Any]:
     """An arm's ``+mode``: the constrained module's setting it stands for.  +bg / +fg: the step's work beside the
     forward pass or not (BACKGROUND); +threads / +inline: line grammars compiled in worker threads or inline
-    (COMPILE_THREADS; code older than it has none); +si<ms>: the GIL's switch interval while the work runs beside
-    the forward pass (SWITCH_INTERVAL_S; +si5 is Python's own 5 ms)."""
+    (COMPILE_THREADS; code older than it has none)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False)}
     if mode in fixed:
         return fixed[mode]
-    if mode.startswith("si"):
-        return ("SWITCH_INTERVAL_S", float(mode[2:]) / 1e3)
-    raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, si<ms>, shared_prefix)")
+    raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, shared_prefix)")
 
 
 def _score(rows: list[dict[str, Any]], attempts: list[list[str]], tok: Any, evaluate: bool) -> dict[str, Any]:
@@ -449,6 +447,23 @@ def _evaluate(verdicts: list[tuple[dict[str, Any], str, Any]],
     return {"correct_rate": cats["correct"] / max(n, 1), "categories": dict(cats), "geomean_speedup_correct": geo}
 
 
+@contextlib.contextmanager
+def _stack_samples(path: str | None, every_s: float = 1.0) -> Any:
+    """Every thread's Python stack written to ``path`` every ``every_s`` seconds while the block runs
+    (``faulthandler``: no profiler to install on the device; sampled stacks say where a slow warm-up goes)."""
+    if not path:
+        yield
+        return
+    import faulthandler
+
+    with open(path, "w") as f:
+        faulthandler.dump_traceback_later(every_s, repeat=True, file=f)
+        try:
+            yield
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+
+
 def _write(args: argparse.Namespace, ab: dict[str, Any]) -> None:
     """The A/B so far to ``--out`` (atomically): written before the slow scoring and after each arm's, so a run cut
     by a time limit keeps its timing."""
@@ -483,10 +498,11 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
     _warm(rows, tok)
     # untimed rounds first: one-off costs of a process (the first constrained run on the H200 took 2.5x its
     # second, session 9) are charged to no arm
-    for w in range(args.warmup):
-        for name in args.arms:
-            log.info("warm-up %s (round %d/%d, untimed)", name, w + 1, args.warmup)
-            _arm(name, model, tok, rows, args)
+    with _stack_samples(args.stack_samples if args.warmup else None):
+        for w in range(args.warmup):
+            for name in args.arms:
+                log.info("warm-up %s (round %d/%d, untimed)", name, w + 1, args.warmup)
+                _arm(name, model, tok, rows, args)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in args.arms}
     for rep in range(args.repeat):  # round robin: the machine's load drifts alike over every arm
         for name in args.arms:
@@ -681,8 +697,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arms", nargs="+", default=["free", "constrained"],
                     help="free, syntax (grammar only), constrained (grammar + workload semantics); "
                          "constrained@REV / syntax@REV: the constraint's code as of git revision REV (before/after); "
-                         "constrained+si<ms>: the GIL's switch interval while that work runs beside the forward pass "
-                         "(+si5: Python's own); "
                          "constrained+bg / +fg: a step's constraint work beside the forward pass in a thread, or not "
                          "(default: beside it where the model is on an accelerator); constrained+threads / +inline: "
                          "line grammars compiled in worker threads or inline (default: threads on an accelerator); "
@@ -690,6 +704,8 @@ def main(argv: list[str] | None = None) -> int:
                          "(generation/shared_prefix.py) instead of generate with a dynamic cache")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs of each arm, round robin (median reported)")
     ap.add_argument("--warmup", type=int, default=0, help="untimed rounds of every arm before the timed ones")
+    ap.add_argument("--stack-samples", help="with --warmup: every thread's stack written here once a second "
+                                            "during the warm-up rounds (where a cold start goes)")
     ap.add_argument("--evaluate", action="store_true", help="correctness and speedup through the Evaluator")
     ap.add_argument("--evaluate-from", help="--ab: score the scripts of this earlier --out instead of sampling "
                                             "(same --model, --rows, --prompts, --seed)")

@@ -157,3 +157,17 @@ def feed_constraint(engine, workload, tok, text: str):
             return f"token {i} {tok.decode([t])!r} after {tok.decode(ids[:i])[-60:]!r}", c
         c.advance(t)
     return None, c
+
+
+def tvm_accepts(mod, text: str) -> bool:
+    """TVM's verdict on ``text`` (complete script lines), decoded by the codec and applied whole to a fresh
+    schedule of ``mod``."""
+    from little_dragon import codec
+    from little_dragon.generation.constrain_state import replay
+
+    trace_json = codec.decode(text, codec.SyntaxOnlyContext())
+    try:
+        replay(mod, trace_json)
+        return True
+    except Exception:  # noqa: BLE001 - TVM's ScheduleError (and what else it raises): the verdict
+        return False

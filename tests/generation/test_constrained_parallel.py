@@ -16,6 +16,7 @@ from dragon_testkit import CODEC_DATA as DATA
 from dragon_testkit import feed_constraint
 from dragon_testkit import model_script_lines as _script
 from dragon_testkit import real_records as _records
+from dragon_testkit import tvm_accepts as _tvm_accepts
 
 FORMS = ("par {l}", "vec {l}", "bind {l} bx", "bind {l} vx", "bind {l} tx", 'bind {l} "threadIdx.y"')
 
@@ -30,19 +31,6 @@ def engine(smollm2):
 def _allowed(engine, tok, workload, text: str) -> bool:
     """Every token of ``text`` (a whole line after a prefix) allowed by the mask."""
     return feed_constraint(engine, workload, tok, text)[0] is None
-
-
-def _tvm_accepts(mod, text: str) -> bool:
-    """TVM's verdict on ``text`` (complete lines), applied whole to a fresh schedule."""
-    from little_dragon import codec
-    from little_dragon.generation.constrain_state import replay
-
-    trace_json = codec.decode(text, codec.SyntaxOnlyContext())
-    try:
-        replay(mod, trace_json)
-        return True
-    except Exception:  # noqa: BLE001 - TVM's ScheduleError (and what else it raises): the verdict
-        return False
 
 
 def _prefixes(db: Path, before: tuple[str, ...], limit: int):

@@ -46,6 +46,11 @@ class ScheduleState:
     # live loop -> the block iters under it whose bindings use it: "S" only data-parallel ones (or none),
     # "R" a reduction iter too (a bind to threadIdx.x/y/z only), "X" any other kind (no par/vec/bind)
     loop_iters: dict[int, str] = dataclasses.field(default_factory=dict)
+    # live loop -> the live loop variables naming its only child loop (its body is that loop): what `fuse` may
+    # join it with (TVM's Fuse: each loop the parent of the next, its body exactly that loop)
+    loop_child: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    # live loops with an annotation or a thread binding: TVM's Split and Fuse refuse them
+    loop_pinned: frozenset[int] = frozenset()
 
 
 def _int(x: Any) -> int | None:
@@ -114,27 +119,42 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
         st.n_consumers[k] = _safe(lambda: len(_query(sch, _ffi_api.ScheduleGetConsumers, rv)), -1)
     st.block_names = _block_names(sch)
     if loop_vars:
-        kinds = _loop_iter_kinds(sch)
+        kinds, child, pinned = _loop_facts(sch)
         st.loop_iters = {k: kinds.get(h, "S") for k, h in loop_vars.items()}
+        named: dict[int, list[int]] = {}  # loop variable handle -> the live script variables naming that loop
+        for k, h in loop_vars.items():
+            named.setdefault(h, []).append(k)
+        st.loop_child = {k: tuple(named[child[h]]) for k, h in loop_vars.items() if child.get(h) in named}
+        st.loop_pinned = frozenset(k for k, h in loop_vars.items() if h in pinned)
     return st
 
 
-def _loop_iter_kinds(sch: Any) -> dict[int, str]:
-    """Loop variable handle -> "R"/"X" for the loops of the scheduled function that some block iter other than
-    a data-parallel one uses in its binding (absent: "S").  TVM's ``CheckParallelizability`` visits every block
-    realize under the loop that has a schedule sref (the blocks of ``init`` have none: not walked), and for each
-    iter whose binding uses the loop variable allows a data-parallel iter, or a reduction iter when binding to
-    threadIdx.x/y/z; this is that rule, read for all loops in one walk of the IR."""
+def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int]]:
+    """Three facts of the loops of the scheduled function, by loop variable handle, from one walk of the IR:
+
+    - "R"/"X" for the loops that some block iter other than a data-parallel one uses in its binding (absent:
+      "S").  TVM's ``CheckParallelizability`` visits every block realize under the loop that has a schedule sref
+      (the blocks of ``init`` have none: not walked), and for each iter whose binding uses the loop variable
+      allows a data-parallel iter, or a reduction iter when binding to threadIdx.x/y/z;
+    - the handle of the loop that is a loop's whole body (TVM's Fuse joins a loop only with that one);
+    - the loops with an annotation or a thread binding (TVM's Split and Fuse refuse them)."""
     from tvm.s_tir import SBlockRealize
     from tvm.tirx import For, IfThenElse, SeqStmt, Stmt, analysis
 
     funcs = list(sch.mod.functions.values())
     kinds: dict[int, str] = {}
+    child: dict[int, int] = {}
+    pinned: set[int] = set()
     above: list[int] = []  # handles of the loop variables enclosing the statement visited
 
     def visit(stmt: Any) -> None:
         if isinstance(stmt, For):
-            above.append(hash(stmt.loop_var))
+            h = hash(stmt.loop_var)
+            if isinstance(stmt.body, For):
+                child[h] = hash(stmt.body.loop_var)
+            if len(stmt.annotations) or stmt.thread_binding is not None:
+                pinned.add(h)
+            above.append(h)
             visit(stmt.body)
             above.pop()
         elif isinstance(stmt, SBlockRealize):
@@ -165,7 +185,7 @@ def _loop_iter_kinds(sch: Any) -> dict[int, str]:
         body = getattr(f, "body", None)
         if isinstance(body, Stmt):
             visit(body)
-    return kinds
+    return kinds, child, pinned
 
 
 def _n_loops_above(sch: Any, rv: Any) -> int:

@@ -37,13 +37,11 @@ Entry points: ``logits_processor_factory(tokenizer)`` (the ``generation.sample``
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import functools
 import json
 import logging
 import re
-import sys
 import threading
 import time
 from typing import Any
@@ -259,36 +257,12 @@ BACKGROUND: bool | None = None
 # needs the cores: compile threads beside it were slower there (GIL hand-offs after every compile and torch op,
 # cores oversubscribed; results/constrained-decoding.md, session 7), so the compiles run inline in order.
 COMPILE_THREADS: bool | None = None
-# The GIL's switch interval while the step's work runs beside the forward pass (``BACKGROUND``), seconds; None:
-# Python's own (5 ms).  Both threads are Python: the forward pass launches its kernels holding the GIL, and the
-# background work gives the GIL up in llguidance's compiles and masks and when it waits for a compile.  Each time
-# it wants the GIL back it waits until the forward pass is made to drop it, up to one switch interval: a few such
-# waits a step at 5 ms are as long as a SmolLM2 step.  Set only while ``generate_constrained`` runs, restored after.
-SWITCH_INTERVAL_S: float | None = 0.0005
 
 
 def _background(device: Any) -> bool:
     """Whether a step's constraint work runs beside the forward pass for a model on ``device`` (``BACKGROUND``)."""
     on = BACKGROUND if BACKGROUND is not None else getattr(device, "type", "cpu") != "cpu"
     return bool(on) and _workers() > 1
-
-
-@contextlib.contextmanager
-def _gil_handoffs(model: Any) -> Any:
-    """``SWITCH_INTERVAL_S`` in force while the block runs, where the step's work runs in a background thread."""
-    try:
-        device = next(model.parameters()).device
-    except (AttributeError, StopIteration, TypeError):
-        device = None
-    before = sys.getswitchinterval()
-    if SWITCH_INTERVAL_S is None or not _background(device) or SWITCH_INTERVAL_S >= before:
-        yield
-        return
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
 
 
 def _compile_threads(device: Any) -> bool:
@@ -986,17 +960,16 @@ def generate_constrained(model: Any, tokenizer: Any, prompts: list[str], k: int,
     if cache_implementation == "continuous":
         raise ValueError("constrained decoding runs on cache_implementation shared_prefix, dynamic or static "
                          "(continuous batching takes no logits processor)")
-    with _gil_handoffs(model):
-        if cache_implementation == "shared_prefix":
-            return _generate_constrained_shared(model, tokenizer, prompts, k, max_new_tokens, temperature,
-                                                batch_size, max_resamples, hook)
-        handle = model.register_forward_pre_hook(hook.forward_pre_hook, with_kwargs=True)
-        try:
-            return _generate_constrained(model, tokenizer, prompts, k, max_new_tokens, temperature, batch_size,
-                                         max_resamples, hook)
-        finally:
-            handle.remove()
-            hook.processor = None
+    if cache_implementation == "shared_prefix":
+        return _generate_constrained_shared(model, tokenizer, prompts, k, max_new_tokens, temperature, batch_size,
+                                            max_resamples, hook)
+    handle = model.register_forward_pre_hook(hook.forward_pre_hook, with_kwargs=True)
+    try:
+        return _generate_constrained(model, tokenizer, prompts, k, max_new_tokens, temperature, batch_size,
+                                     max_resamples, hook)
+    finally:
+        handle.remove()
+        hook.processor = None
 
 
 def _generate_constrained(model: Any, tokenizer: Any, prompts: list[str], k: int, max_new_tokens: int,

@@ -253,7 +253,7 @@ def _option_rules() -> list[str]:
 _REPLACED = ("start:", "k_blk:", "k_loops:", "k_kids:", "k_prods:", "k_cons:", "k_cread:", "k_cwrite:",
              "k_tile:", "k_cat:", "k_anncat:", "factor:", "decision:", "BREF:", "LREF:", "VREF:",
              "k_reorder:", "k_ptile:", "k_loc:", "k_atloc:", "k_pad:", "k_outblks:", "list:", "SYM:", "STRING:", "o_",
-             "k_par:", "k_vec:", "k_bind:")
+             "k_par:", "k_vec:", "k_bind:", "k_split:", "k_fuse:")
 
 
 @functools.lru_cache(maxsize=1)
@@ -281,6 +281,23 @@ def _fixed_rules() -> str:
     return "\n".join(out) + "\n"
 
 
+def _base_rule(name: str) -> str:
+    """The codec grammar's rule ``name`` (one line), as the decoder has it."""
+    rule = next((line for line in _base_lines() if line.startswith(name + ":")), None)
+    if rule is None:
+        raise KeyError(f"the codec grammar has no rule {name}")
+    return rule
+
+
+def _narrowed(name: str, old: str, new: str) -> str:
+    """The codec's rule ``name`` with its ``old`` part written ``new`` (a codec change that drops ``old`` fails
+    here, at the first line grammar, instead of silently leaving the rule unnarrowed)."""
+    rule = _base_rule(name)
+    if old not in rule:
+        raise ValueError(f"codec rule changed: {rule!r} has no {old!r} to narrow")
+    return rule.replace(old, new, 1)
+
+
 _SYNTAX_ONLY = "\n".join([
     "BREF: /b[0-9]+/", "LREF: /l[0-9]+/", "VREF: /v[0-9]+/",
     'k_blk: "blk" name o_fn?', 'k_loops: "loops" BREF COUNT', 'k_kids: "kids" ref_bl COUNT',
@@ -305,6 +322,25 @@ def _parallel_rules(state: ScheduleState) -> list[str]:
             "TIDX: " + _alts(list(_THREAD_IDX))]
 
 
+def _split_fuse_rules(state: ScheduleState) -> list[str]:
+    """[split/fuse] TVM's Split and Fuse refuse a loop with an annotation or a thread binding
+    (``state.loop_pinned``), and Fuse joins a loop only with the loop that is its whole body, outer to inner
+    (``state.loop_child``): `fuse` takes a chain ``fc<k>`` = l<k>, then optionally a chain of its only child.
+    (The rest of TVM's checks, a loop starting at 0 and extents independent of the outer loops, hold for every
+    loop MetaSchedule's schedules have; TVM's verdict at the line end covers them.)"""
+    free = [k for k in sorted(state.loops) if k not in state.loop_pinned]
+    rules = [_narrowed("k_split", "LREF", "LFREE"), "LFREE: " + _alts([f"l{k}" for k in free])]
+    chains = []
+    for k in free:
+        kids = [c for c in state.loop_child.get(k, ()) if c in state.loops and c not in state.loop_pinned]
+        rules.append(f'fc{k}: "l{k}"' + (" (" + " | ".join(f"fc{c}" for c in kids) + ")?" if kids else ""))
+        chains.append(f"fc{k}")
+    rules.append(_narrowed("k_fuse", "LREF+", "(" + " | ".join(chains) + ")" if chains else "NEVERFUSE"))
+    if not chains:
+        rules.append(f"NEVERFUSE: {NEVER}")
+    return rules
+
+
 def _reorder_rule(derived: bool) -> str:
     """[`reorder *`] only right after the `tile` lines of a multi-level tiling that ``codec.derive`` orders
     (the decoder's "`reorder *` follows the `tile` lines ... expected a `tiling` annotation"): known from the
@@ -320,7 +356,8 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(state.block_names), tuple(sorted(state.n_loops_above.items())),
             tuple(sorted(state.n_children.items())), tuple(sorted(state.n_producers.items())),
             tuple(sorted(state.n_consumers.items())), tuple(sorted(state.n_reads.items())),
-            tuple(sorted(state.n_writes.items())), tuple(sorted(state.loop_iters.items())))
+            tuple(sorted(state.n_writes.items())), tuple(sorted(state.loop_iters.items())),
+            tuple(sorted(state.loop_child.items())), tuple(sorted(state.loop_pinned)))
 
 
 def line_grammar(state: ScheduleState | None, first: bool = False, finished: bool = False,
@@ -365,7 +402,7 @@ _MEMO: dict[tuple, str] = {}
 def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = (),
                     tile_loops: frozenset[int] = frozenset(), reorder_derived: bool = True) -> str:
     if state is None:
-        return _SYNTAX_ONLY + "\n" + _reorder_rule(reorder_derived)
+        return "\n".join([_SYNTAX_ONLY, _base_rule("k_split"), _base_rule("k_fuse"), _reorder_rule(reorder_derived)])
     out: list[str] = []
     out.append("BREF: " + _alts([f"b{k}" for k in sorted(state.blocks)]))
     out.append("LREF: " + _alts([f"l{k}" for k in sorted(state.loops)]))
@@ -385,5 +422,6 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     out += _index_rule("k_cwrite", "cwrite", state.n_writes)
     out += _tile_rules(state.loops, tile_counts, tile_loops)
     out += _parallel_rules(state)
+    out += _split_fuse_rules(state)
     out.append(_reorder_rule(reorder_derived))
     return "\n".join(out)
