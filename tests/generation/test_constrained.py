@@ -123,6 +123,8 @@ def _allowed(engine, workload, text, tokenizer) -> bool:
 
 
 def test_forbids_a_bad_block_name_a_non_dividing_tile_and_unknown_variables(smollm2):
+    from little_dragon import codec
+    from little_dragon.generation.constrain_state import replay
     from little_dragon.generation.constrained import TokenEngine
 
     engine = TokenEngine(smollm2)
@@ -132,10 +134,24 @@ def test_forbids_a_bad_block_name_a_non_dividing_tile_and_unknown_variables(smol
     # the workload has blocks C and root only
     assert not _allowed(engine, wl, "blk D\n", smollm2)
     assert not _allowed(engine, wl, "blk Cx\n", smollm2)
-    # 96 = 4 * 8 * 3; 4 * 8 * 4 = 128 and 10 * ... never divide 96
-    assert not _allowed(engine, wl, "blk C\nloops b0 3\ntile l0 = 4 8 4\n", smollm2)
+    # every factor divides what remains of 96: 10 and 5 never do, nor 8 after 4 and 4 (6 remains)
     assert not _allowed(engine, wl, "blk C\nloops b0 3\ntile l0 = 10\n", smollm2)
-    assert not _allowed(engine, wl, "blk C\nloops b0 3\ntile l0 = 4 8\n", smollm2)  # product 32 < 96
+    assert not _allowed(engine, wl, "blk C\nloops b0 3\ntile l0 = 4 5 2\n", smollm2)
+    assert not _allowed(engine, wl, "blk C\nloops b0 3\ntile l0 = 4 4 4 8\n", smollm2)
+    # TVM's SamplePerfectTile keeps t2..tN and sets t1 := 96 / (t2*..*tN) when it replays a decision: the first
+    # factor is TVM's to fix, so `4 8 4` (t2*t3 = 32 divides 96) is allowed and TVM builds the perfect (3, 8, 4)
+    for text, perfect in (("tile l0 = 4 8 4\n", [3, 8, 4]), ("tile l0 = 4 8\n", [12, 8])):
+        assert _allowed(engine, wl, "blk C\nloops b0 3\n" + text, smollm2), text
+        sch = replay(wl.mod, codec.decode("blk C\nloops b0 3\n" + text, codec.SyntaxOnlyContext())).sch
+        assert [int(x) for x in sch.trace.decisions[sch.trace.insts[2]]] == perfect, text
+    # the attempt's script carries the factor TVM ran: the script is the trace applied, its tile perfect
+    from dragon_testkit import feed_constraint
+
+    text = "blk C\nloops b0 3\ntile l0 = 4 8 4\npost *\n"
+    why, c = feed_constraint(engine, wl, smollm2, text)
+    assert why is None, why
+    c.advance(smollm2.eos_token_id)
+    assert c.script(text) == "blk C\nloops b0 3\ntile l0 = 3 8 4\npost *\n"
     # C has 3 loops above it; b1 and l3 do not exist; after the split l0 is gone
     assert not _allowed(engine, wl, "blk C\nloops b0 2\n", smollm2)
     assert not _allowed(engine, wl, "blk C\nloops b1 3\n", smollm2)

@@ -412,6 +412,33 @@ def _prefix_state(mod: Any, text: str, key: Any = None) -> ScheduleState:
     return live_state(live)
 
 
+_TILE_LINE = re.compile(r"tile\s+l(\d+)(?:\s+m=\d+)?\s*=\s*(\d+)((?:\s+\d+)+)\s*$")
+
+
+def _perfect_tile(line: str, state: ScheduleState | None) -> str | None:
+    """``line`` with the first factor TVM runs, when it is a `tile` line whose first factor TVM replaces, else None.
+
+    TVM's SamplePerfectTile, replaying a decision, keeps t2..tN while each divides what remains (inner to outer)
+    and sets t1 to what is left (sampling.cc); the line grammar lets the model leave t1 to TVM (``grammar_line``:
+    the inner factors divide the extent, t1 is any positive integer).  Writing TVM's t1 back keeps the script the trace that
+    ran and its tile perfect (the product is the extent), as every MetaSchedule trace is."""
+    m = _TILE_LINE.match(line)
+    if m is None or state is None:
+        return None
+    extent = state.loops.get(int(m.group(1)))
+    if not extent or extent <= 0:
+        return None
+    factors = [int(m.group(2))] + [int(x) for x in m.group(3).split()]
+    left = extent
+    for t in reversed(factors[1:]):  # TVM's order: innermost first
+        if t <= 0 or left % t:
+            return None  # not what the grammar allows: leave the text as sampled (TVM's verdict stands)
+        left //= t
+    if left == factors[0]:
+        return None
+    return line[:m.start(2)] + str(left) + line[m.end(2):]
+
+
 def _post_hazard(insts: list) -> str | None:
     """Why one of ``insts`` (a line's trace JSON) would stop the post-processing, or None.  Checked at the line's
     end: the annotation keys RewriteParallelVectorizeUnroll reads take a non-negative integer literal (a value
@@ -451,6 +478,7 @@ class ScriptConstraint:
         self.error = ""
         self.state: ScheduleState | None = None
         self.pending: str | None = None  # the next line's grammar, until its matcher is compiled
+        self.repaired: dict[int, tuple[str, str]] = {}  # line index -> (tile line as sampled, as TVM ran it)
         self._matcher: Any = None
         self._new_line(first=True)
 
@@ -471,7 +499,7 @@ class ScriptConstraint:
             return line_grammar(self.state, first=first, finished=False, reorder_derived=False)
         # the order rules of a multi-level tiling, from the decoded prefix: `reorder *` only where the decoder
         # derives it (right after the tile lines of a `tiling` annotation's `loops`), and inside such a run each
-        # of those loops' `tile` line has as many factors as the structure has S or R levels
+        # of those loops' `tile` line has as many factors as the structure has S levels (R levels for a reduction loop)
         decoded = _decoded(self.text)
         derived = reorder_derivable(decoded.trace)
         run = tiling_run(decoded.trace)
@@ -536,6 +564,9 @@ class ScriptConstraint:
         if why is not None:  # the line is left out: the checked lines before it are finished by `post *`
             self._kill("annotation", why)
             return
+        fixed = _perfect_tile(line, self.state)
+        if fixed is not None:
+            self.repaired[self.text.count("\n")] = (line, fixed)
         self.text = candidate
         self.n_insts += 1
         self.post_section = self.post_section or line.strip() == "post"
@@ -565,13 +596,23 @@ class ScriptConstraint:
     def script(self, generated: str) -> str:
         """The attempt's script: the generated text; when generation stopped mid-line (the token budget ran out)
         or a decode check or dead end killed it, its complete checked lines, finished by ``post *``; when TVM
-        refused a line, the lines up to and including that one."""
+        refused a line, the lines up to and including that one.  Tile lines carry the first factor TVM ran
+        (``_perfect_tile``): the script is the trace that was applied."""
         if self.dead:  # a line TVM refused ends its text (the verdict names it): no `post *` could apply
-            return self.text if self.error.startswith("apply:") else self._finished(self.text)
+            return self._repair(self.text if self.error.startswith("apply:") else self._finished(self.text))
         if self.done:
-            return generated
+            return self._repair(generated)
         self.stats.truncated += 1
-        return self._finished(self.text)
+        return self._repair(self._finished(self.text))
+
+    def _repair(self, text: str) -> str:
+        if not self.repaired:
+            return text
+        lines = text.split("\n")
+        for i, (sampled, fixed) in self.repaired.items():
+            if i < len(lines) and lines[i].rstrip("\r") == sampled:
+                lines[i] = fixed
+        return "\n".join(lines)
 
     def _finished(self, text: str) -> str:
         """Checked lines that stop short of ``post *``, finished by the target's post-processors, as MetaSchedule

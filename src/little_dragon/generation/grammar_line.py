@@ -52,36 +52,55 @@ def _divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
-def _tile_rules(loops: dict[int, int | None], counts: tuple[int, ...] = (),
-                restricted: frozenset[int] = frozenset()) -> list[str]:
-    """``tile l<k> [m=M] = t1 .. tN`` with t1*..*tN == extent(l<k>): ``g<r>`` is one or more factors whose
-    product is r, each a divisor of what remains; loops of unknown extent keep the generic decision.
+def _tile_rules(loops: dict[int, int | None], levels: tuple[int, ...] = (),
+                restricted: frozenset[int] = frozenset(), kinds: dict[int, str] | None = None) -> list[str]:
+    """``tile l<k> [m=M] = t1 t2 .. tN`` as TVM replays it.  [perfect tile] SamplePerfectTile given a decision
+    keeps t2..tN while each divides what remains, inner to outer, and sets t1 := extent / (t2*..*tN) (TVM's
+    sampling.cc: "if the tiling is not perfect ... result[0] = len").  So: t1 any positive integer (``PINT``: TVM
+    replaces it; ``constrained._perfect_tile`` writes TVM's value back into the script), then t2..tN each a divisor
+    of what remains, product dividing the extent (``h<r>``; ``f<r>``: one such factor): the schedule TVM builds is
+    exactly the perfect tile (extent / (t2*..*tN), t2, .., tN).  The constraint used to force t1*..*tN == extent
+    left to right, which fixed the *last* factor, where the model (whose training traces have t1 = what remains)
+    leaves the outermost to TVM: the forced innermost factor came out large (`88`, `704` on the H200, session 10;
+    the constrained arm's correct schedules ran slower in session 9).  Loops of unknown extent keep the generic
+    decision.
 
     [tiling order] the loops in ``restricted`` (those of a multi-level tiling's `loops` line, not yet tiled:
-    ``tiling_run``) take exactly N factors, N in ``counts`` (the tiling structure's S and R level counts):
-    ``g<r>c<n>``, n factors of product r.  Otherwise `reorder *`, which the tiling's own `reorder` is, does not
-    follow (the decoder derives it only from groups of those lengths)."""
-    rules, alts, need, need_c = [], [], set(), set()
+    ``tiling_run``) take exactly N factors, N from ``levels`` = (the tiling structure's S levels, its R levels):
+    ``PINT h<E>c<N-1>``.  Otherwise `reorder *`, which the tiling's own `reorder` is, does not follow (the decoder
+    derives it only from groups of those lengths).  [iter kind] MetaSchedule's MultiLevelTiling gives a loop that
+    carries only data-parallel iters the S count and one carrying a reduction iter the R count (``kinds``:
+    ``ScheduleState.loop_iters``); a reduction loop tiled with the S count numbers every later loop off (seen on
+    the H200: `tile l2 = 256 1 1 2 4` for k under `SSSRRSRS`, then `bind` of the wrong loops)."""
+    rules, alts, need_f, need_h, need_c = [], [], set(), set(), set()
+    counts = sorted({n for n in levels if n > 0})
     top = max(counts, default=0)
+    kinds = kinds or {}
     for k, extent in sorted(loops.items()):
         if extent is not None and extent > 0 and k in restricted and counts:
             alts.append(f"tl{k}")
-            rules.append(f'tl{k}: "l{k}" o_m? "=" (' + " | ".join(f"g{extent}c{n}" for n in sorted(counts)) + ")")
-            need_c.update((r, n) for r in _divisors(extent) for n in range(1, top + 1))
+            own = {"S": levels[:1], "R": levels[1:2]}.get(kinds.get(k, "S"), ()) if len(levels) == 2 else ()
+            mine = [n for n in own if n > 0] or counts
+            forms = [f'" {extent}"' if n == 1 else "PINT " + (f"f{extent}" if n == 2 else f"h{extent}c{n - 1}")
+                     for n in mine]
+            rules.append(f'tl{k}: "l{k}" o_m? "=" (' + " | ".join(forms) + ")")
+            need_f.update(_divisors(extent))
+            need_c.update((r, n) for r in _divisors(extent) for n in range(2, top))
         elif extent is not None and extent > 0:
             alts.append(f"tl{k}")
-            rules.append(f'tl{k}: "l{k}" o_m? "=" g{extent}')
-            need.update(_divisors(extent))
+            rules.append(f'tl{k}: "l{k}" o_m? "=" PINT h{extent}')
+            need_h.update(_divisors(extent))
         else:
             alts.append(f"tg{k}")
             rules.append(f'tg{k}: "l{k}" o_m? pdecision')
-    for r in sorted(need):
-        # the last factor is what remains; a 1 may repeat (unit levels are common)
-        body = [f'" {r}"'] + [f'" {d}" g{r // d}' for d in _divisors(r)]
-        rules.append(f"g{r}: " + " | ".join(body))
-    for r, n in sorted(need_c):
-        body = [f'" {r}"'] if n == 1 else [f'" {d}" g{r // d}c{n - 1}' for d in _divisors(r)]
-        rules.append(f"g{r}c{n}: " + " | ".join(body))
+    for r in sorted(need_f):  # one factor, a divisor of r
+        rules.append(f"f{r}: " + " | ".join(f'" {d}"' for d in _divisors(r)))
+    for r in sorted(need_h):  # one or more factors, each a divisor of what remains (a 1 may repeat)
+        rules.append(f"h{r}: " + " | ".join(f'" {d}"' for d in _divisors(r)) + " | "
+                     + " | ".join(f'" {d}" h{r // d}' for d in _divisors(r)))
+    for r, n in sorted(need_c):  # exactly n factors, each a divisor of what remains
+        rules.append(f"h{r}c{n}: " + " | ".join(f'" {d}" ' + (f"f{r // d}" if n == 2 else f"h{r // d}c{n - 1}")
+                                                 for d in _divisors(r)))
     rules.insert(0, 'k_tile: "tile" (' + (" | ".join(alts) if alts else "NEVERTILE") + ")")
     if not alts:
         rules.append(f"NEVERTILE: {NEVER}")
@@ -92,7 +111,7 @@ def tiling_run(trace_json: list) -> tuple[tuple[int, ...], tuple[str, ...]] | No
     """A multi-level tiling in progress at the end of a decoded prefix: the last instructions are the `tiling`
     annotation of a block, the `loops` of that block, then only `tile` lines (SamplePerfectTile + Split by its
     values, as MetaSchedule's MultiLevelTiling writes them).  Returns (the S and R level counts of the tiling
-    structure, the TVM names of that `loops` line's loops), or None (no such run: the tile lines are free)."""
+    structure, as (S, R), the TVM names of that `loops` line's loops), or None (no such run: the tile lines are free)."""
     from little_dragon.codec.derive import _structure, _tile_groups
     from little_dragon.codec.kinds import TILING_KEY
 
@@ -108,8 +127,7 @@ def tiling_run(trace_json: list) -> tuple[tuple[int, ...], tuple[str, ...]] | No
     rest = len(insts) - at - 2
     if rest % 2 or len(_tile_groups(insts)) * 2 != rest:
         return None
-    counts = tuple(sorted({structure.count("S"), structure.count("R")} - {0}))
-    return counts, tuple(get[3])
+    return (structure.count("S"), structure.count("R")), tuple(get[3])
 
 
 def _count_rule(name: str, mnemonic: str, counts: dict[int, int], loops: bool = False) -> list[str]:
@@ -368,8 +386,8 @@ def line_grammar(state: ScheduleState | None, first: bool = False, finished: boo
     ``state`` None: syntax only (no workload known, or the facts could not be computed).  ``reorder_derived``:
     whether the decoded prefix ends in tile lines that `reorder *` can follow (``codec.derive.tiling_reorder``;
     ``reorder_derivable``); False forbids `reorder *` (an explicit `reorder` of loops stays allowed).
-    ``tile_counts``/``tile_loops``: inside a multi-level tiling (``tiling_run``), the loops (script indices)
-    whose `tile` line has one of these factor counts."""
+    ``tile_counts``/``tile_loops``: inside a multi-level tiling (``tiling_run``), its (S, R) level counts and the
+    loops (script indices) whose `tile` line has the count of its iter kind."""
     if finished:
         return finished_grammar()
     order = (reorder_derived, tuple(tile_counts), frozenset(tile_loops) if tile_counts else frozenset())
@@ -420,7 +438,7 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     out += _count_rule("k_cons", "cons", state.n_consumers)
     out += _index_rule("k_cread", "cread", state.n_reads)
     out += _index_rule("k_cwrite", "cwrite", state.n_writes)
-    out += _tile_rules(state.loops, tile_counts, tile_loops)
+    out += _tile_rules(state.loops, tile_counts, tile_loops, state.loop_iters)
     out += _parallel_rules(state)
     out += _split_fuse_rules(state)
     out.append(_reorder_rule(reorder_derived))
