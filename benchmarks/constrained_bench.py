@@ -20,7 +20,6 @@ resampled (counted) and reported apart.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import sys
@@ -447,23 +446,6 @@ def _evaluate(verdicts: list[tuple[dict[str, Any], str, Any]],
     return {"correct_rate": cats["correct"] / max(n, 1), "categories": dict(cats), "geomean_speedup_correct": geo}
 
 
-@contextlib.contextmanager
-def _stack_samples(path: str | None, every_s: float = 1.0) -> Any:
-    """Every thread's Python stack written to ``path`` every ``every_s`` seconds while the block runs
-    (``faulthandler``: no profiler to install on the device; sampled stacks say where a slow warm-up goes)."""
-    if not path:
-        yield
-        return
-    import faulthandler
-
-    with open(path, "w") as f:
-        faulthandler.dump_traceback_later(every_s, repeat=True, file=f)
-        try:
-            yield
-        finally:
-            faulthandler.cancel_dump_traceback_later()
-
-
 def _write(args: argparse.Namespace, ab: dict[str, Any]) -> None:
     """The A/B so far to ``--out`` (atomically): written before the slow scoring and after each arm's, so a run cut
     by a time limit keeps its timing."""
@@ -498,11 +480,10 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
     _warm(rows, tok)
     # untimed rounds first: one-off costs of a process (the first constrained run on the H200 took 2.5x its
     # second, session 9) are charged to no arm
-    with _stack_samples(args.stack_samples if args.warmup else None):
-        for w in range(args.warmup):
-            for name in args.arms:
-                log.info("warm-up %s (round %d/%d, untimed)", name, w + 1, args.warmup)
-                _arm(name, model, tok, rows, args)
+    for w in range(args.warmup):
+        for name in args.arms:
+            log.info("warm-up %s (round %d/%d, untimed)", name, w + 1, args.warmup)
+            _arm(name, model, tok, rows, args)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in args.arms}
     for rep in range(args.repeat):  # round robin: the machine's load drifts alike over every arm
         for name in args.arms:
@@ -704,8 +685,6 @@ def main(argv: list[str] | None = None) -> int:
                          "(generation/shared_prefix.py) instead of generate with a dynamic cache")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs of each arm, round robin (median reported)")
     ap.add_argument("--warmup", type=int, default=0, help="untimed rounds of every arm before the timed ones")
-    ap.add_argument("--stack-samples", help="with --warmup: every thread's stack written here once a second "
-                                            "during the warm-up rounds (where a cold start goes)")
     ap.add_argument("--evaluate", action="store_true", help="correctness and speedup through the Evaluator")
     ap.add_argument("--evaluate-from", help="--ab: score the scripts of this earlier --out instead of sampling "
                                             "(same --model, --rows, --prompts, --seed)")

@@ -171,3 +171,14 @@ def tvm_accepts(mod, text: str) -> bool:
         return True
     except Exception:  # noqa: BLE001 - TVM's ScheduleError (and what else it raises): the verdict
         return False
+
+
+def kept_what_it_checked(script: str, c) -> bool:
+    """Whether an attempt's ``script`` is what its ``ScriptConstraint`` ``c`` checked: the lines up to a line TVM
+    refused; its checked lines, finished by `post *` where the post-processors accept them, after any other kill
+    (a dead end) or when the token budget cut it; or the whole text of an attempt that ended (EOS) alive."""
+    if c.done and not c.dead:
+        return script.startswith(c.text)
+    if c.dead and c.error.startswith("apply:"):
+        return script == c.text
+    return script in (c.text, c.text + "post *\n")

@@ -17,7 +17,7 @@
 #        MAX_NEW_TOKENS (1024), BATCH (sequences per generate call, 64), TEMPERATURE (0.7), RESAMPLES (2),
 #        ROWS (default artifacts/datasets/validation.jsonl), TARGET_FILTER (cuda: only rows of that target kind),
 #        ARMS (default "free syntax constrained"), EVALUATE (1), REPEAT (timed runs of each arm, round robin: 1),
-#        WARMUP (untimed rounds of every arm first: 0; their sampled stacks go to *_warmup_stacks.txt), EVALUATE_FROM (score the scripts of an earlier run's JSON
+#        WARMUP (untimed rounds of every arm first: 0), EVALUATE_FROM (score the scripts of an earlier run's JSON
 #        instead of sampling: generation in one device call, its evaluation in the next; writes *_scored.*).
 #   The JSON is written before the scoring (the timing and the scripts) and after each arm's scoring.
 # Expected on one H200 (estimate, not measured there): ~1 min setup (model, tensor intrinsics, the prompts'
@@ -76,7 +76,6 @@ t0=$(date +%s)
 # shellcheck disable=SC2086
 "$PY" benchmarks/constrained_bench.py --ab --model "$MODEL" --rows "$RUN_ROWS" --prompts "$PROMPTS" --k "$K" \
   --max-new-tokens "$MAX_NEW_TOKENS" --batch-size "$BATCH" --temperature "$TEMPERATURE" --max-resamples "$RESAMPLES" \
-  --arms $ARMS --repeat "${REPEAT:-1}" --warmup "${WARMUP:-0}" --stack-samples "$OUT/${NAME}_warmup_stacks.txt" $EVAL_FLAG --out "$OUT/$NAME.json" 2>&1 | tee "$OUT/$NAME.log" \
+  --arms $ARMS --repeat "${REPEAT:-1}" --warmup "${WARMUP:-0}" $EVAL_FLAG --out "$OUT/$NAME.json" 2>&1 | tee "$OUT/$NAME.log" \
   | grep -v " DEBUG " | tail -n 30
-[ -s "$OUT/${NAME}_warmup_stacks.txt" ] && gzip -f "$OUT/${NAME}_warmup_stacks.txt"
 echo "constrained_ab: $(( $(date +%s) - t0 )) s; outputs in $OUT"

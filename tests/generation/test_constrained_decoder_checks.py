@@ -163,15 +163,16 @@ def test_post_star_written_without_its_space_is_the_derived_post(conv, engine, b
     assert why is None and not c.dead and c.finished, (why, c.error)
 
 
-# the decoder's index-map scoping checks (their messages), checked when the line ends
-INDEX_MAP_CHECKS = ("span reference", "in index map", "shared sub-expression")
+# the decoder checks made when the line ends (their messages; results/constrained-decoding.md, "What the decoder
+# checks"): the index maps' scoping, and an intrinsic inside a list (any `$name` there)
+LINE_END_CHECKS = ("span reference", "in index map", "shared sub-expression", "unknown tensor intrinsic")
 
 
 def test_random_walks_from_real_prefixes_end_on_no_decode_rejection(engine, bpe):
     """Uniform random walks over the allowed tokens (the least model-like sampler: it tries what a model
     rarely would), from every prefix length of the real llvm records, two lines each: no line the constraint
-    allowed is refused by the codec's decoder, but for the index maps' scoping checks, which are made at the
-    line end (apply errors — TVM's verdict at the line end — may happen too)."""
+    allowed is refused by the codec's decoder, but for the checks made at the line end (the index maps' scoping,
+    an intrinsic inside a list); apply errors — TVM's verdict at the line end — may happen too."""
     import torch
 
     from little_dragon.generation.constrained import (ConstraintStats, ScriptConstraint, Workload,
@@ -200,7 +201,6 @@ def test_random_walks_from_real_prefixes_end_on_no_decode_rejection(engine, bpe)
                 c.advance(rng.choice(ids) if ids else engine.eos_id)
     assert walks >= 20 and stats.lines >= walks, (walks, stats)
     decode = {r: n for r, n in stats.reasons.items() if r.startswith("decode")}
-    # the index maps' scoping checks are the decoder checks left to the line end (results/constrained-decoding.md,
-    # "What the decoder checks"): a walk may reach them; every other decoder check is in the line grammar
-    other = {r: n for r, n in decode.items() if not any(w in r for w in INDEX_MAP_CHECKS)}
+    # a walk may reach the checks left to the line end; every other decoder check is in the line grammar
+    other = {r: n for r, n in decode.items() if not any(w in r for w in LINE_END_CHECKS)}
     assert not other, decode

@@ -7,12 +7,14 @@ block, loop and value defined) map onto TVM objects.  From the live schedule we 
 
 - which block and loop variables still exist (an inlined block or a split loop is gone: referencing it
   is an apply error);
-- each live loop's extent (``tile l<k> = ...`` must multiply to it: MetaSchedule's perfect tile);
+- each live loop's extent (``tile l<k> = ...``: its inner factors divide it; TVM sets the first);
 - how many loops sit above each live block (``loops b<k> N``), its child/producer/consumer counts
   (``kids``/``prods``/``cons``), and how many buffers it reads and writes (``cread``/``cwrite`` index);
 - which block iters each live loop carries (``par``/``vec``/``bind``: TVM parallelizes, vectorizes or binds a
   loop only if every block iter whose binding uses it is data parallel, or, for a bind to ``threadIdx.*``, a
-  reduction iter: ``CheckLoopParallelizableInBlock``);
+  reduction iter: ``CheckLoopParallelizableInBlock``), which loop is each loop's only child (``fuse``) and
+  which loops are annotated or bound (no ``split``/``fuse``);
+- which live blocks ``inline`` may name (not the root, a reduction or an output block);
 - the names of all blocks of the scheduled function (``blk NAME``; cache stages add names such as
   ``C_local``).
 
@@ -51,6 +53,9 @@ class ScheduleState:
     loop_child: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     # live loops with an annotation or a thread binding: TVM's Split and Fuse refuse them
     loop_pinned: frozenset[int] = frozenset()
+    # live blocks TVM's ComputeInline refuses: the root, a block with an init statement (a reduction), an output
+    # block (one writing a buffer of the function's parameters)
+    not_inlinable: frozenset[int] = frozenset()
 
 
 def _int(x: Any) -> int | None:
@@ -106,11 +111,16 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
             nv += 1
     # queries below add instructions to the trace; they come after the enumeration above
     st = ScheduleState(blocks, loops, nv, [], {}, {}, {}, {}, {}, {})
+    params = _param_buffers(sch)
+    not_inlinable = set()
     for k, (rv, blk) in block_rvs.items():
         st.n_loops_above[k] = _safe(lambda: _n_loops_above(sch, rv), -1)
         st.n_children[k] = _safe(lambda: len(_query(sch, _ffi_api.ScheduleGetChildBlocks, rv)), -1)
         st.n_reads[k], st.n_writes[k] = len(blk.reads), len(blk.writes)
+        if blk.init is not None or any(hash(w.source) in params for w in blk.writes):
+            not_inlinable.add(k)
         if _safe(lambda: _ffi_api.ScheduleGetSRef(sch, rv).parent is None, False):
+            not_inlinable.add(k)
             # the root block has no scope above it: TVM raises for its producers and consumers (a raised
             # error costs ~1-10 ms to format); the answer is the same "unknown"
             st.n_producers[k] = st.n_consumers[k] = -1
@@ -118,6 +128,7 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
         st.n_producers[k] = _safe(lambda: len(_query(sch, _ffi_api.ScheduleGetProducers, rv)), -1)
         st.n_consumers[k] = _safe(lambda: len(_query(sch, _ffi_api.ScheduleGetConsumers, rv)), -1)
     st.block_names = _block_names(sch)
+    st.not_inlinable = frozenset(not_inlinable)
     if loop_vars:
         kinds, child, pinned = _loop_facts(sch)
         st.loop_iters = {k: kinds.get(h, "S") for k, h in loop_vars.items()}
@@ -211,6 +222,12 @@ def _query(sch: Any, fn: Any, *args: Any) -> list:
     for rv in out:
         _ffi_api.ScheduleRemoveRV(sch, rv)
     return out
+
+
+def _param_buffers(sch: Any) -> set[int]:
+    """Handles of the scheduled functions' parameters (a block writing one is an output block: TVM 0.27's
+    regions name their buffer variable, ``TensorRegion.source``, and the parameters are those variables)."""
+    return {hash(p) for f in sch.mod.functions.values() for p in getattr(f, "params", ())}
 
 
 def _block_names(sch: Any) -> list[str]:

@@ -10,9 +10,10 @@ How (results/constrained-decoding.md has the library comparison and the A/B):
 - **Semantics** come from the workload, one line at a time: when a line is complete it is decoded and
   the script so far is applied to a fresh schedule of the workload (``constrain_state``); the grammar of
   the next line (``grammar_line``) then lists only the block/loop/value variables that exist, real block
-  names, real loop/child/producer/consumer counts, buffer indices the block has, tile factors whose
-  product is the loop's extent (each a divisor of what remains: MetaSchedule's perfect tile), categorical
-  decisions within the candidates.
+  names, real loop/child/producer/consumer counts, buffer indices the block has, tile factors as TVM replays
+  them (the inner ones dividing what remains; TVM sets the first, and the script gets its value:
+  MetaSchedule's perfect tile), categorical decisions within the candidates, the loops and blocks TVM's
+  primitives accept (``grammar_line``).
 - **Checked at the end of a line, not while decoding**: whatever TVM alone can decide (compute-at
   location counts, reorder of non-nested loops, split factors of value variables, tensorize
   preconditions).  A line that does not apply ends the attempt (EOS is forced: no tokens are wasted on a

@@ -10,8 +10,11 @@ stays the codec's.  Changes, all of them narrowing:
 - ``blk NAME``: a block of the scheduled function (bare or quoted, as the encoder may write either);
 - ``loops b N`` / ``kids`` / ``prods`` / ``cons``: N is that block's (or loop's) real count; ``cread``/
   ``cwrite b i``: i indexes a buffer the block reads / writes;
-- ``tile l = t1 .. tN``: the factors multiply to the loop's extent (MetaSchedule's perfect tile), each
-  factor a divisor of what remains — a context-free rule per divisor of the extent;
+- ``tile l = t1 .. tN`` as TVM replays it: t2..tN each a divisor of what remains, t1 left to TVM (which sets it
+  to what remains: the tile TVM builds is perfect, MetaSchedule's rule) — a context-free rule per divisor of the
+  extent; inside a multi-level tiling the factor count of the loop's iter kind (``_tile_rules``);
+- ``par``/``vec``/``bind``, ``split``/``fuse``, ``inline``: the loops and blocks TVM's primitives accept for
+  their iter kinds, annotations, nesting and block kind (``_parallel_rules``, ``_split_fuse_rules``);
 - ``cat c1 .. cN = k`` and ``ann .. cat .. = k``: k < N (named lists: their length).
 - integers right after a field are written with their separating space (``SINT``): the grammar's
   ``%ignore`` would otherwise let ``loops b12`` read as ``loops b1 2`` when only ``b1`` exists, which the
@@ -101,9 +104,9 @@ def _tile_rules(loops: dict[int, int | None], levels: tuple[int, ...] = (),
     for r, n in sorted(need_c):  # exactly n factors, each a divisor of what remains
         rules.append(f"h{r}c{n}: " + " | ".join(f'" {d}" ' + (f"f{r // d}" if n == 2 else f"h{r // d}c{n - 1}")
                                                  for d in _divisors(r)))
-    rules.insert(0, 'k_tile: "tile" (' + (" | ".join(alts) if alts else "NEVERTILE") + ")")
     if not alts:
-        rules.append(f"NEVERTILE: {NEVER}")
+        return rules + _unreachable("k_tile")
+    rules.insert(0, 'k_tile: "tile" (' + " | ".join(alts) + ")")
     return rules
 
 
@@ -271,7 +274,7 @@ def _option_rules() -> list[str]:
 _REPLACED = ("start:", "k_blk:", "k_loops:", "k_kids:", "k_prods:", "k_cons:", "k_cread:", "k_cwrite:",
              "k_tile:", "k_cat:", "k_anncat:", "factor:", "decision:", "BREF:", "LREF:", "VREF:",
              "k_reorder:", "k_ptile:", "k_loc:", "k_atloc:", "k_pad:", "k_outblks:", "list:", "SYM:", "STRING:", "o_",
-             "k_par:", "k_vec:", "k_bind:", "k_split:", "k_fuse:")
+             "k_par:", "k_vec:", "k_bind:", "k_split:", "k_fuse:", "k_inline:")
 
 
 @functools.lru_cache(maxsize=1)
@@ -347,16 +350,23 @@ def _split_fuse_rules(state: ScheduleState) -> list[str]:
     (The rest of TVM's checks, a loop starting at 0 and extents independent of the outer loops, hold for every
     loop MetaSchedule's schedules have; TVM's verdict at the line end covers them.)"""
     free = [k for k in sorted(state.loops) if k not in state.loop_pinned]
+    if not free:  # no such line at all (a keyword with nothing allowed after it would be a dead end)
+        return _unreachable("k_split") + _unreachable("k_fuse")
     rules = [_narrowed("k_split", "LREF", "LFREE"), "LFREE: " + _alts([f"l{k}" for k in free])]
     chains = []
     for k in free:
         kids = [c for c in state.loop_child.get(k, ()) if c in state.loops and c not in state.loop_pinned]
         rules.append(f'fc{k}: "l{k}"' + (" (" + " | ".join(f"fc{c}" for c in kids) + ")?" if kids else ""))
         chains.append(f"fc{k}")
-    rules.append(_narrowed("k_fuse", "LREF+", "(" + " | ".join(chains) + ")" if chains else "NEVERFUSE"))
-    if not chains:
-        rules.append(f"NEVERFUSE: {NEVER}")
+    rules.append(_narrowed("k_fuse", "LREF+", "(" + " | ".join(chains) + ")"))
     return rules
+
+
+def _unreachable(name: str) -> list[str]:
+    """Rule ``name`` with no sentence: its first terminal matches nothing, so not even its keyword is allowed (a
+    keyword that nothing may follow would let an attempt write it and then end at a dead end)."""
+    never = "NEVER" + name.upper()
+    return [f"{name}: {never}", f"{never}: {NEVER}"]
 
 
 def _reorder_rule(derived: bool) -> str:
@@ -375,7 +385,8 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.n_children.items())), tuple(sorted(state.n_producers.items())),
             tuple(sorted(state.n_consumers.items())), tuple(sorted(state.n_reads.items())),
             tuple(sorted(state.n_writes.items())), tuple(sorted(state.loop_iters.items())),
-            tuple(sorted(state.loop_child.items())), tuple(sorted(state.loop_pinned)))
+            tuple(sorted(state.loop_child.items())), tuple(sorted(state.loop_pinned)),
+            tuple(sorted(state.not_inlinable)))
 
 
 def line_grammar(state: ScheduleState | None, first: bool = False, finished: bool = False,
@@ -420,7 +431,8 @@ _MEMO: dict[tuple, str] = {}
 def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = (),
                     tile_loops: frozenset[int] = frozenset(), reorder_derived: bool = True) -> str:
     if state is None:
-        return "\n".join([_SYNTAX_ONLY, _base_rule("k_split"), _base_rule("k_fuse"), _reorder_rule(reorder_derived)])
+        return "\n".join([_SYNTAX_ONLY, _base_rule("k_split"), _base_rule("k_fuse"), _base_rule("k_inline"),
+                          _reorder_rule(reorder_derived)])
     out: list[str] = []
     out.append("BREF: " + _alts([f"b{k}" for k in sorted(state.blocks)]))
     out.append("LREF: " + _alts([f"l{k}" for k in sorted(state.loops)]))
@@ -441,5 +453,9 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     out += _tile_rules(state.loops, tile_counts, tile_loops, state.loop_iters)
     out += _parallel_rules(state)
     out += _split_fuse_rules(state)
+    # [inline] TVM's ComputeInline refuses the root, a block with an init statement and an output block
+    inlinable = [f"b{k}" for k in sorted(state.blocks) if k not in state.not_inlinable]
+    out += ([_narrowed("k_inline", "BREF", "BINLINE"), "BINLINE: " + _alts(inlinable)] if inlinable
+            else _unreachable("k_inline"))
     out.append(_reorder_rule(reorder_derived))
     return "\n".join(out)
