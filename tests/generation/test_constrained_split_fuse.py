@@ -94,3 +94,24 @@ def test_a_bound_loop_is_neither_split_nor_fused(engine, smollm2):
         assert free and _allowed(engine, smollm2, wl, head + f"split l{free[0]} _ 2\n")
         seen += 1
     assert seen
+
+
+def test_split_and_fuse_flags_are_booleans(engine, smollm2):
+    """`fuse l l pui=_` decodes, and TVM's Fuse then crashes the process (SIGSEGV) on the None flag (the tiny model
+    wrote it in session 10's CPU sealed run; the evaluation died): the constraint lets only 0/1 (or true/false)
+    follow `pui=` and `dp=`."""
+    import json
+
+    from dragon_testkit import matmul_tensors, prim_module
+
+    from little_dragon import codec
+    from little_dragon.generation.constrained import Workload
+
+    wl = Workload(prim_module(matmul_tensors(64)), json.dumps({"kind": "llvm", "num-cores": 2}))
+    head = "blk C\nloops b0 3\n"
+    for line in ("fuse l0 l1 pui=_", "fuse l0 l1 pui= _", "split l0 _ 4 dp=_", 'split l0 _ 4 pui="1"'):
+        codec.decode(head + line + "\n", codec.SyntaxOnlyContext())  # the codec reads it
+        assert feed_constraint(engine, wl, smollm2, head + line + "\n")[0] is not None, line
+    for line in ("fuse l0 l1 pui=0", "fuse l0 l1 pui=1", "split l0 _ 4 pui=1 dp=0"):
+        why, c = feed_constraint(engine, wl, smollm2, head + line + "\n")
+        assert why is None and not c.dead, (line, why, c.error)

@@ -266,8 +266,12 @@ def _option_rules() -> list[str]:
             src.setdefault(o.name, set()).add(o.src)
     # [tile attributes] `m=`/`n=` of a tile are integers: TVM's SamplePerfectTile crashes the process (SIGSEGV)
     # on `m=_` (found by a random walk under the constraint before this rule)
-    typed = {"m": "INT", "n": "INT"}
-    return [f'o_{n}: " {n}=" ' + typed.get(n, "lvalue" if s == {"at"} else "value") for n, s in sorted(src.items())]
+    # [split/fuse flags] `pui=` (preserve_unit_iters) and `dp=` (disable_predication) are booleans, written 0/1 as
+    # MetaSchedule does: TVM's Fuse crashes the process (SIGSEGV) on `pui=_` (the tiny model wrote
+    # `fuse l2 l3 pui= _` in session 10's CPU sealed run, and the whole evaluation died)
+    typed = {"m": "INT", "n": "INT", "pui": "flag", "dp": "flag"}
+    rules = [f'o_{n}: " {n}=" ' + typed.get(n, "lvalue" if s == {"at"} else "value") for n, s in sorted(src.items())]
+    return rules + ["flag: FLAGBIT | TRUE | FALSE", "FLAGBIT: /[01]/"]
 
 
 # rules replaced whole (their codec body is the generic one)
