@@ -159,6 +159,33 @@ def feed_constraint(engine, workload, tok, text: str):
     return None, c
 
 
+def allowed_by_mask(engine, workload, tok, text: str) -> bool:
+    """Every token of ``text`` allowed by the constraint's mask (``feed_constraint``)."""
+    return feed_constraint(engine, workload, tok, text)[0] is None
+
+
+def real_prefixes(db: Path, before: tuple[str, ...], limit: int):
+    """(record name, module, ``Workload``, the record's script lines up to a line starting with one of ``before``,
+    that line) for the first ``limit`` such lines of a committed real database."""
+    from little_dragon.generation.constrained import Workload
+
+    n = 0
+    for name, mod, target, tj in real_records(db):
+        lines = model_script_lines(tj)
+        for i, line in enumerate(lines):
+            if line.startswith(before) and n < limit:
+                n += 1
+                yield name, mod, Workload(mod, target), "".join(x + "\n" for x in lines[:i]), line
+
+
+def prefix_state(mod, head: str):
+    """The ``ScheduleState`` after ``head`` (complete lines), from a fresh schedule of ``mod``."""
+    from little_dragon import codec
+    from little_dragon.generation.constrain_state import live_state, replay
+
+    return live_state(replay(mod, codec.decode(head, codec.SyntaxOnlyContext())))
+
+
 def tvm_accepts(mod, text: str) -> bool:
     """TVM's verdict on ``text`` (complete script lines), decoded by the codec and applied whole to a fresh
     schedule of ``mod``."""

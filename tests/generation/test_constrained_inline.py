@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from dragon_testkit import CODEC_DATA as DATA
-from dragon_testkit import feed_constraint
+from dragon_testkit import feed_constraint, prefix_state
 from dragon_testkit import model_script_lines as _script
 from dragon_testkit import real_records as _records
 from dragon_testkit import tvm_accepts
@@ -27,8 +27,6 @@ def test_inline_of_a_block_tvm_refuses_for_its_kind_is_masked(engine, smollm2, d
     """Right before each real record's first `inline` line: for every live block, a masked `inline` is one TVM
     refuses, the blocks masked are exactly the root, reduction and output blocks, and the record's own line is
     allowed; the rule masks something there (it would pass vacuously without it)."""
-    from little_dragon import codec
-    from little_dragon.generation.constrain_state import live_state, replay
     from little_dragon.generation.constrained import Workload
 
     masked = seen = 0
@@ -40,7 +38,7 @@ def test_inline_of_a_block_tvm_refuses_for_its_kind_is_masked(engine, smollm2, d
         seen += 1
         head = "".join(x + "\n" for x in lines[:at])
         wl = Workload(mod, target)
-        st = live_state(replay(mod, codec.decode(head, codec.SyntaxOnlyContext())))
+        st = prefix_state(mod, head)
         assert feed_constraint(engine, wl, smollm2, head + lines[at] + "\n")[0] is None, lines[at]
         for k in sorted(st.blocks):
             line = f"inline b{k}\n"

@@ -9,13 +9,10 @@ record), the codec, TVM's verdicts on a fresh schedule, llguidance.
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from dragon_testkit import CODEC_DATA as DATA
-from dragon_testkit import feed_constraint
-from dragon_testkit import model_script_lines as _script
-from dragon_testkit import real_records as _records
+from dragon_testkit import allowed_by_mask, prefix_state, real_prefixes
 from dragon_testkit import tvm_accepts as _tvm_accepts
 
 FORMS = ("par {l}", "vec {l}", "bind {l} bx", "bind {l} vx", "bind {l} tx", 'bind {l} "threadIdx.y"')
@@ -28,41 +25,21 @@ def engine(smollm2):
     return TokenEngine(smollm2)
 
 
-def _allowed(engine, tok, workload, text: str) -> bool:
-    """Every token of ``text`` (a whole line after a prefix) allowed by the mask."""
-    return feed_constraint(engine, workload, tok, text)[0] is None
-
-
-def _prefixes(db: Path, before: tuple[str, ...], limit: int):
-    """(workload, the record's lines up to a real line starting with one of ``before``) for real records."""
-    from little_dragon.generation.constrained import Workload
-
-    n = 0
-    for name, mod, target, tj in _records(db):
-        lines = _script(tj)
-        for i, line in enumerate(lines):
-            if line.startswith(before) and n < limit:
-                n += 1
-                yield name, mod, Workload(mod, target), "".join(x + "\n" for x in lines[:i])
-
-
 @pytest.mark.parametrize("db,before", [("real_llvm_db", ("par", "vec", "ann")), ("real_cuda_db", ("bind", "vec"))])
 def test_masked_par_vec_bind_lines_are_the_ones_tvm_refuses_for_their_iters(engine, smollm2, db, before):
     """At real prefixes (right before a real record's `par`/`vec`/`bind` line): for every live loop and each form,
     a line the mask forbids is one TVM refuses (the constraint never forbids what TVM accepts), a loop that
     carries a reduction iter is forbidden `par`/`vec`/a block or vthread bind and allowed a threadIdx bind, and
     the rule forbids something at these prefixes (the test would pass vacuously without it)."""
-    from little_dragon.generation.constrain_state import live_state, replay
-    from little_dragon import codec
 
     forbidden = reductions = 0
-    for name, mod, wl, head in _prefixes(DATA / db, before, limit=3):
-        st = live_state(replay(mod, codec.decode(head, codec.SyntaxOnlyContext())))
+    for name, mod, wl, head, _ in real_prefixes(DATA / db, before, limit=3):
+        st = prefix_state(mod, head)
         assert set(st.loop_iters) == set(st.loops), name
         for k, kind in sorted(st.loop_iters.items()):
             for form in FORMS:
                 line = form.format(l=f"l{k}") + "\n"
-                ok = _allowed(engine, smollm2, wl, head + line)
+                ok = allowed_by_mask(engine, wl, smollm2, head + line)
                 if not ok:
                     forbidden += 1
                     assert not _tvm_accepts(mod, head + line), (name, line, kind)
@@ -78,17 +55,15 @@ def test_masked_par_vec_bind_lines_are_the_ones_tvm_refuses_for_their_iters(engi
 def test_a_reduction_loop_bound_to_a_block_axis_is_refused_by_tvm_and_masked(engine, smollm2):
     """The H200's most frequent rejection: a loop carrying a reduction iter bound to blockIdx. TVM refuses it on
     the real CUDA record's workload; the mask forbids its thread token; the cross-thread form is allowed."""
-    from little_dragon.generation.constrain_state import live_state, replay
-    from little_dragon import codec
 
-    for name, mod, wl, head in _prefixes(DATA / "real_cuda_db", ("bind",), limit=1):
-        st = live_state(replay(mod, codec.decode(head, codec.SyntaxOnlyContext())))
+    for name, mod, wl, head, _ in real_prefixes(DATA / "real_cuda_db", ("bind",), limit=1):
+        st = prefix_state(mod, head)
         red = [k for k, kind in st.loop_iters.items() if kind == "R"]
         assert red, st.loop_iters
         line = f"bind l{red[0]} bx\n"
         assert not _tvm_accepts(mod, head + line)
-        assert not _allowed(engine, smollm2, wl, head + line)
-        assert _allowed(engine, smollm2, wl, head + f"bind l{red[0]} tx")
+        assert not allowed_by_mask(engine, wl, smollm2, head + line)
+        assert allowed_by_mask(engine, wl, smollm2, head + f"bind l{red[0]} tx")
         return
     pytest.fail("no real CUDA record with a bind line")
 

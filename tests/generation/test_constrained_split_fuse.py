@@ -13,10 +13,7 @@ import itertools
 
 import pytest
 from dragon_testkit import CODEC_DATA as DATA
-from dragon_testkit import feed_constraint
-from dragon_testkit import model_script_lines as _script
-from dragon_testkit import real_records as _records
-from dragon_testkit import tvm_accepts
+from dragon_testkit import allowed_by_mask, feed_constraint, prefix_state, real_prefixes, tvm_accepts
 
 
 @pytest.fixture(scope="module")
@@ -26,41 +23,17 @@ def engine(smollm2):
     return TokenEngine(smollm2)
 
 
-def _allowed(engine, tok, workload, text: str) -> bool:
-    return feed_constraint(engine, workload, tok, text)[0] is None
-
-
-def _real_prefixes(before: tuple[str, ...], limit: int):
-    """(module, workload, the record's lines up to a real line starting with one of ``before``, that line)."""
-    from little_dragon.generation.constrained import Workload
-
-    n = 0
-    for _, mod, target, tj in _records(DATA / "real_cuda_db"):
-        lines = _script(tj)
-        for i, line in enumerate(lines):
-            if line.startswith(before) and n < limit:
-                n += 1
-                yield mod, Workload(mod, target), "".join(x + "\n" for x in lines[:i]), line
-
-
-def _state(mod, head: str):
-    from little_dragon import codec
-    from little_dragon.generation.constrain_state import live_state, replay
-
-    return live_state(replay(mod, codec.decode(head, codec.SyntaxOnlyContext())))
-
-
 def test_fuse_takes_chains_of_only_children_outer_first(engine, smollm2):
     """At real prefixes (right before a real record's `split`/`fuse`): every `fuse` of two live loops the mask
     forbids is one TVM refuses; every outer-then-only-child pair is allowed; the reversed pair (the H200's
     `fuse l23 l22`) is forbidden and refused; a three-loop chain is allowed where one exists."""
     forbidden = chains = reversed_pairs = 0
-    for mod, wl, head, _ in _real_prefixes(("split", "fuse"), limit=3):
-        st = _state(mod, head)
+    for _, mod, wl, head, _ in real_prefixes(DATA / "real_cuda_db", ("split", "fuse"), limit=3):
+        st = prefix_state(mod, head)
         assert st.loop_child, "a real CUDA prefix has nested loops"
         for a, b in itertools.permutations(sorted(st.loops), 2):
             line = f"fuse l{a} l{b}\n"
-            ok = _allowed(engine, smollm2, wl, head + line)
+            ok = allowed_by_mask(engine, wl, smollm2, head + line)
             if b in st.loop_child.get(a, ()) and not {a, b} & st.loop_pinned:
                 assert ok, (head[-200:], line)
                 chains += 1
@@ -74,7 +47,7 @@ def test_fuse_takes_chains_of_only_children_outer_first(engine, smollm2):
             for b in kids:
                 for c in st.loop_child.get(b, ()):
                     line = f"fuse l{a} l{b} l{c}\n"
-                    assert _allowed(engine, smollm2, wl, head + line) == tvm_accepts(mod, head + line), line
+                    assert allowed_by_mask(engine, wl, smollm2, head + line) == tvm_accepts(mod, head + line), line
     assert chains and forbidden and reversed_pairs, (chains, forbidden, reversed_pairs)
 
 
@@ -82,16 +55,16 @@ def test_a_bound_loop_is_neither_split_nor_fused(engine, smollm2):
     """Right after a real `bind` line: the bound loop is pinned; `split` and `fuse` of it are forbidden and TVM
     refuses them; an unbound loop's `split` stays allowed."""
     seen = 0
-    for mod, wl, head, line in _real_prefixes(("bind",), limit=2):
+    for _, mod, wl, head, line in real_prefixes(DATA / "real_cuda_db", ("bind",), limit=2):
         head += line + "\n"
-        st = _state(mod, head)
+        st = prefix_state(mod, head)
         bound = int(line.split()[1][1:])
         assert bound in st.loop_pinned, (line, sorted(st.loop_pinned))
         for text in (f"split l{bound} _ 2\n", f"fuse l{bound}\n"):
-            assert not _allowed(engine, smollm2, wl, head + text), text
+            assert not allowed_by_mask(engine, wl, smollm2, head + text), text
             assert not tvm_accepts(mod, head + text), text
         free = [k for k, e in st.loops.items() if k not in st.loop_pinned and e and e % 2 == 0]
-        assert free and _allowed(engine, smollm2, wl, head + f"split l{free[0]} _ 2\n")
+        assert free and allowed_by_mask(engine, wl, smollm2, head + f"split l{free[0]} _ 2\n")
         seen += 1
     assert seen
 

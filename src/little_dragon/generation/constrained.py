@@ -421,8 +421,8 @@ def _perfect_tile(line: str, state: ScheduleState | None) -> str | None:
 
     TVM's SamplePerfectTile, replaying a decision, keeps t2..tN while each divides what remains (inner to outer)
     and sets t1 to what is left (sampling.cc); the line grammar lets the model leave t1 to TVM (``grammar_line``:
-    the inner factors divide the extent, t1 is any positive integer).  Writing TVM's t1 back keeps the script the trace that
-    ran and its tile perfect (the product is the extent), as every MetaSchedule trace is."""
+    the inner factors divide the extent, t1 is any positive integer).  Writing TVM's t1 back keeps the script the
+    trace that ran and its tile perfect (the product is the extent), as every MetaSchedule trace is."""
     m = _TILE_LINE.match(line)
     if m is None or state is None:
         return None

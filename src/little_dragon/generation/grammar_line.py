@@ -327,8 +327,9 @@ _SYNTAX_ONLY = "\n".join([
     "BREF: /b[0-9]+/", "LREF: /l[0-9]+/", "VREF: /v[0-9]+/",
     'k_blk: "blk" name o_fn?', 'k_loops: "loops" BREF COUNT', 'k_kids: "kids" ref_bl COUNT',
     'k_prods: "prods" BREF COUNT', 'k_cons: "cons" BREF COUNT', 'k_cread: "cread" BREF SINT name o_c?',
-    'k_cwrite: "cwrite" BREF SINT name o_c?', 'k_tile: "tile" LREF o_m? pdecision',
-    'k_par: "par" LREF', 'k_vec: "vec" LREF', 'k_bind: "bind" LREF thread'])
+    'k_cwrite: "cwrite" BREF SINT name o_c?', 'k_tile: "tile" LREF o_m? pdecision'])
+# rules the semantic grammar narrows and the syntax-only one takes as the codec has them
+_CODEC_AS_IS = ("k_par", "k_vec", "k_bind", "k_split", "k_fuse", "k_inline")
 
 # the thread axes a loop that carries a reduction iter may be bound to (cross-thread reduction), in every form
 # the codec reads: its abbreviation, the tag as a name, the tag as a string
@@ -435,8 +436,7 @@ _MEMO: dict[tuple, str] = {}
 def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = (),
                     tile_loops: frozenset[int] = frozenset(), reorder_derived: bool = True) -> str:
     if state is None:
-        return "\n".join([_SYNTAX_ONLY, _base_rule("k_split"), _base_rule("k_fuse"), _base_rule("k_inline"),
-                          _reorder_rule(reorder_derived)])
+        return "\n".join([_SYNTAX_ONLY, *(_base_rule(r) for r in _CODEC_AS_IS), _reorder_rule(reorder_derived)])
     out: list[str] = []
     out.append("BREF: " + _alts([f"b{k}" for k in sorted(state.blocks)]))
     out.append("LREF: " + _alts([f"l{k}" for k in sorted(state.loops)]))
