@@ -236,6 +236,8 @@ def _clear_caches(mod: Any, tok: Any) -> None:
     """Per-process caches of a constrained module (prefix facts, compiled grammars): each timed arm
     starts cold, as a new batch of prompts would (llguidance's view of the tokenizer is kept: once per
     process)."""
+    if hasattr(mod, "clear_caches"):  # here and in its TVM worker process
+        mod.clear_caches()
     for name in ("_DECODED", "_STATES", "_LIVE"):  # _LIVE: the prefixes' live schedules (kept before: warm)
         cache = getattr(mod, name, None)
         if cache is not None:
@@ -258,6 +260,9 @@ def _warm(rows: list[dict[str, Any]], tok: Any) -> None:
     for r in rows:
         workload_of_prompt(r["prompt"])
     TokenEngine(tok)
+    from little_dragon.generation.schedule_worker import worker
+
+    worker().warm()  # the constraint's TVM worker process: started, its imports done
     if any('"cuda"' in r["prompt"].split("\n", 3)[1] for r in rows if r["prompt"].count("\n") > 2):
         from little_dragon.tvmx.build import import_tensor_intrinsics
 
@@ -386,10 +391,10 @@ def _knob(mode: str) -> tuple[str, Any]:
     forward pass or not (BACKGROUND); +threads / +inline: line grammars compiled in worker threads or inline
     (COMPILE_THREADS; code older than it has none)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
-             "inline": ("COMPILE_THREADS", False)}
+             "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False)}
     if mode in fixed:
         return fixed[mode]
-    raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, shared_prefix)")
+    raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, shared_prefix)")
 
 
 def _score(rows: list[dict[str, Any]], attempts: list[list[str]], tok: Any, evaluate: bool) -> dict[str, Any]:

@@ -363,7 +363,9 @@ def test_line_by_line_apply_equals_replaying_the_prefix(harvested):
     from little_dragon.generation.constrain_state import live_state, replay
 
     checked = 0
-    before = dict(constrained.APPLIED)
+    from little_dragon.generation import schedule_worker
+
+    before = dict(schedule_worker.APPLIED)
     for _, mod, target, trace_json in _records(_db_dirs(harvested)[:5], 2):
         from little_dragon.tvmx.postprocs import needs_tensor_intrinsics
 
@@ -380,7 +382,7 @@ def test_line_by_line_apply_equals_replaying_the_prefix(harvested):
             state = constrained._prefix_state(mod, text, key)
             fresh = replay(mod, constrained._decode(text) if text else [[], []])
             assert dataclasses.asdict(state) == dataclasses.asdict(live_state(fresh)), (i, lines[i - 1])
-            assert constrained._LIVE.get((key, text)).sch.mod.script() == fresh.sch.mod.script(), i
+            assert schedule_worker._LIVE.get((key, text)).sch.mod.script() == fresh.sch.mod.script(), i
             checked += 1
     assert checked > 100
-    assert constrained.APPLIED["extended"] - before.get("extended", 0) > checked // 2  # mostly one line
+    assert schedule_worker.APPLIED["extended"] - before.get("extended", 0) > checked // 2  # mostly one line

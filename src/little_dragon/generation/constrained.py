@@ -20,6 +20,9 @@ How (results/constrained-decoding.md has the library comparison and the A/B):
   dead schedule); the attempt counts as rejected (``ConstraintStats``) and ``generate_constrained``
   resamples it, up to ``max_resamples`` times, counting every resample.  ``post *`` is derived and
   checked by the final decode (``datasets.validity.check_script``).
+- **TVM runs in a worker process** (``schedule_worker``: the sandbox's pebble worker): a primitive that crashes
+  or hangs on a line (TVM's Fuse segfaults on ``pui=_``) ends that attempt as a line that does not apply, and the
+  next line gets a new worker; the run goes on.
 
 **RL log-probabilities.**  A constrained rollout samples from the masked, renormalised distribution
 ``p_m(t) = p(t) / Z`` over the allowed set.  GRPO's ratio and policy gradient must use that same
@@ -47,8 +50,10 @@ import threading
 import time
 from typing import Any
 
-from little_dragon.generation.constrain_state import ScheduleState, extend, live_state, replay
+from little_dragon.generation.constrain_state import ScheduleState
 from little_dragon.generation.grammar_line import line_grammar, reorder_derivable, tiling_run
+from little_dragon.generation.schedule_worker import _LIVE, finish_valid, prefix_facts
+from little_dragon.generation.schedule_worker import worker as tvm_worker
 
 log = logging.getLogger(__name__)
 
@@ -378,39 +383,32 @@ def _extend(parent: _Decoded, text: str) -> _Decoded:
     return _Decoded([insts, decisions], dec.defined, dec.counts, dec.total)
 
 
-_LIVE = _LRU(512)  # (workload, prefix) -> its LiveSchedule (a TVM schedule each: fewer of them kept)
-APPLIED: collections.Counter = collections.Counter()  # "extended" (one line applied) / "replayed" (whole prefix)
+# TVM's work for the constraint (applying lines, post-processing cut attempts) in a child process
+# (``schedule_worker``): a primitive that crashes or hangs on a line ends that attempt, not the run.  False: in
+# this process (benchmarks measure the isolation's cost side by side; a crash then ends the process).
+ISOLATE_TVM: bool = True
 
 
 def _prefix_state(mod: Any, text: str, key: Any = None) -> ScheduleState:
-    """The facts of ``text`` (complete lines) on ``mod``: the schedule of the prefix one line shorter,
-    extended by the last line (``constrain_state.extend``), or, when that is not cached or fails, the
-    whole prefix applied to a fresh schedule (whose error, if any, is the verdict)."""
-    trace_json = _decode(text) if text else [[], []]
-    if trace_json[0]:
-        from little_dragon.codec.postproc import needs_tensor_intrinsics
+    """The facts of ``text`` (complete lines) on ``mod``, computed in this process (``schedule_worker.prefix_facts``:
+    the prefix one line shorter extended by the last line, or the whole prefix replayed)."""
+    return prefix_facts(mod, text, _decode(text) if text else [[], []], key)
 
-        if needs_tensor_intrinsics(trace_json):
-            from little_dragon.tvmx.build import import_tensor_intrinsics
 
-            import_tensor_intrinsics()
-    live = None
-    if text and key is not None:
-        head = text[:-1].rpartition("\n")[0]
-        parent = _LIVE.get((key, head + "\n" if head else ""))
-        if parent is not None and parent.n_insts >= 0:
-            n = parent.n_insts
-            try:
-                live = extend(parent, trace_json[0][n:], [[i - n, d] for i, d in trace_json[1] if i >= n])
-                APPLIED["extended"] += 1
-            except Exception:  # noqa: BLE001 - the whole prefix on a fresh schedule decides
-                live = None
-    if live is None:
-        APPLIED["replayed"] += 1
-        live = replay(mod, trace_json)
-    if key is not None:
-        _LIVE.put((key, text), live)
-    return live_state(live)
+def _workload_state(workload: Workload, text: str) -> ScheduleState:
+    """The facts of ``text`` on ``workload``: in the worker process (``ISOLATE_TVM``) or here."""
+    if not ISOLATE_TVM:
+        return _prefix_state(workload.mod, text, workload.key)
+    return tvm_worker().state(workload.key, workload.mod, text, _decode(text) if text else [[], []])
+
+
+def clear_caches() -> None:
+    """Forget every prefix's facts, here and in the worker (benchmarks: each timed arm starts cold)."""
+    for cache in (_DECODED, _STATES):
+        cache.data.clear()
+    _LIVE.data.clear()
+    if ISOLATE_TVM:
+        tvm_worker().clear()
 
 
 _TILE_LINE = re.compile(r"tile\s+l(\d+)(?:\s+m=\d+)?\s*=\s*(\d+)((?:\s+\d+)+)\s*$")
@@ -529,7 +527,7 @@ class ScriptConstraint:
         hit = _STATES.get(key)
         if hit is None:
             try:
-                hit = _prefix_state(self.workload.mod, self.text, self.workload.key)
+                hit = _workload_state(self.workload, self.text)
             except Exception as e:  # noqa: BLE001 - cached too: k attempts often share a failing prefix
                 hit = e
             _STATES.put(key, hit)
@@ -622,12 +620,14 @@ class ScriptConstraint:
         H200 A/B scored such prefixes: 23 apply errors and 3 wrong results among 32 first-pass attempts)."""
         if self.workload is None or self.finished or not text.strip():
             return text
-        from little_dragon.codec.validity import check_module_script
-
         candidate = text + "post *\n"
+        wl = self.workload
         try:
-            ok = check_module_script(candidate, self.workload.mod, self.workload.post_context).valid
-        except Exception:  # noqa: BLE001 - any failure of the derivation: keep the checked lines as they are
+            if ISOLATE_TVM:
+                ok = tvm_worker().finish_valid(wl.key, wl.mod, wl.target, candidate)
+            else:
+                ok = finish_valid(wl.mod, wl.post_context, candidate)
+        except Exception:  # noqa: BLE001 - TVM crashed or hung on it: keep the checked lines as they are
             ok = False
         return candidate if ok else text
 

@@ -1,0 +1,267 @@
+"""The constraint's TVM work in a worker process: TVM crashing or hanging on a line ends one attempt, not the run.
+
+Constrained decoding applies every completed line of an attempt to a live schedule of its workload
+(``constrain_state``) and finishes a cut attempt with the target's post-processors.  Some TVM primitives kill the
+process on input the codec decodes (SIGSEGV: SamplePerfectTile on ``m=_``, Fuse on ``pui=_``; the line grammar
+masks those two, but one still unknown would end a whole evaluation, RL run or ``dragon optimize``).  So that work
+runs in one worker of ``little_dragon.sandbox.WorkerPool`` (pebble, as the harvest's tuning tasks: replaced when it
+dies or times out, its process group killed), which keeps the prefixes' live schedules between requests.
+
+Requests (the worker's functions, each returning a value, never raising TVM's error):
+
+    _state_task(key, mod_json, text, trace_json) -> ("ok", (ScheduleState, {"extended": n, "replayed": n}))
+    _finish_task(key, mod_json, target, text)    -> ("ok", valid: bool)
+    _clear_task()                                -> ("ok", None)
+    any of them                                  -> ("err", TVM's message) | ("need_module",)
+
+``key`` is the workload's cache key (``constrained.Workload.key``); ``mod_json`` (``tvm.ir.save_json`` of its kernel)
+is sent the first time the worker sees the key, else None (a replaced worker answers ``need_module`` and the request
+is sent again with it).  ``text`` is the script's complete lines; ``trace_json`` its decode (the caller decodes: the
+codec is pure Python and its caches live there).
+
+A worker that dies during a request raises ``TVMCrashed``; one that has not answered after ``timeout_s`` is killed
+and raises ``TVMTimedOut``.  Both name the workload and the script's last line; the caller counts the attempt as
+rejected (its line did not apply) and the next request gets a new worker.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import sys
+import threading
+from typing import Any
+
+from little_dragon.generation.constrain_state import LiveSchedule, ScheduleState, extend, live_state, replay
+
+TIMEOUT_S = 120.0  # one request: a line's apply takes milliseconds, a cut attempt's post-processing seconds at most
+
+
+class TVMCrashed(RuntimeError):
+    """TVM ended the constraint's worker process (a signal or an exit) while applying a script."""
+
+
+class TVMTimedOut(RuntimeError):
+    """TVM did not finish applying a script within the worker's time limit; the worker was killed."""
+
+
+# ------------------------------------------------------------------------------------ the work itself
+class _LRU:
+    def __init__(self, size: int):
+        self.size, self.data = size, collections.OrderedDict()
+
+    def get(self, key: Any) -> Any:
+        v = self.data.get(key)
+        if v is not None:
+            self.data.move_to_end(key)
+        return v
+
+    def put(self, key: Any, value: Any) -> None:
+        self.data[key] = value
+        if len(self.data) > self.size:
+            self.data.popitem(last=False)
+
+
+_LIVE = _LRU(512)  # (workload key, prefix) -> its LiveSchedule (a TVM schedule each: fewer of them kept)
+APPLIED: collections.Counter = collections.Counter()  # "extended" (one line applied) / "replayed" (whole prefix)
+
+
+def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> ScheduleState:
+    """The facts of ``text`` (complete lines, decoded as ``trace_json``) on ``mod``: the live schedule of the prefix
+    one line shorter, extended by the last line (``constrain_state.extend``), or, when that is not cached or fails,
+    the whole prefix applied to a fresh schedule (whose error, if any, is the verdict)."""
+    if trace_json[0]:
+        from little_dragon.codec.postproc import needs_tensor_intrinsics
+
+        if needs_tensor_intrinsics(trace_json):
+            from little_dragon.tvmx.build import import_tensor_intrinsics
+
+            import_tensor_intrinsics()
+    live: LiveSchedule | None = None
+    if text and key is not None:
+        head = text[:-1].rpartition("\n")[0]
+        parent = _LIVE.get((key, head + "\n" if head else ""))
+        if parent is not None and parent.n_insts >= 0:
+            n = parent.n_insts
+            try:
+                live = extend(parent, trace_json[0][n:], [[i - n, d] for i, d in trace_json[1] if i >= n])
+                APPLIED["extended"] += 1
+            except Exception:  # noqa: BLE001 - the whole prefix on a fresh schedule decides
+                live = None
+    if live is None:
+        APPLIED["replayed"] += 1
+        live = replay(mod, trace_json)
+    if key is not None:
+        _LIVE.put((key, text), live)
+    return live_state(live)
+
+
+def finish_valid(mod: Any, post_context: Any, text: str) -> bool:
+    """Whether ``text`` (a script ending in ``post *``) applies to ``mod`` and its post-processing succeeds."""
+    from little_dragon.codec.validity import check_module_script
+
+    try:
+        return check_module_script(text, mod, post_context).valid
+    except Exception:  # noqa: BLE001 - any failure of the derivation: not finished
+        return False
+
+
+# ------------------------------------------------------------------------------------ in the worker
+_MODS: dict[Any, Any] = {}      # workload key -> its kernel (loaded once per worker)
+_CONTEXTS: dict[Any, Any] = {}  # workload key -> its ``post *`` context
+
+
+def _init() -> None:
+    # tvm_ffi imports torch when it can (DLPack interop); the schedule work needs none of it, and without it a
+    # worker starts in ~1 s instead of ~3.5 s (a replacement after a crash costs that much of an attempt's time)
+    sys.modules.setdefault("torch", None)
+
+
+def _module(key: Any, mod_json: str | None) -> Any:
+    if mod_json is not None:
+        import tvm
+
+        _MODS[key] = tvm.ir.load_json(mod_json)
+    return _MODS.get(key)
+
+
+def _state_task(key: Any, mod_json: str | None, text: str, trace_json: list) -> tuple:
+    mod = _module(key, mod_json)
+    if mod is None:
+        return ("need_module",)
+    before = collections.Counter(APPLIED)
+    try:
+        state = prefix_facts(mod, text, trace_json, key)
+    except Exception as e:  # noqa: BLE001 - TVM's refusal is the answer
+        return ("err", str(e) or type(e).__name__)
+    return ("ok", (state, dict(APPLIED - before)))
+
+
+def _finish_task(key: Any, mod_json: str | None, target: str, text: str) -> tuple:
+    mod = _module(key, mod_json)
+    if mod is None:
+        return ("need_module",)
+    if key not in _CONTEXTS:
+        from little_dragon.codec import PostprocContext
+
+        _CONTEXTS[key] = PostprocContext(mod, target)
+    return ("ok", finish_valid(mod, _CONTEXTS[key], text))
+
+
+def _warm_task() -> tuple:
+    import tvm  # noqa: F401 - the imports a first request would wait for
+    from tvm.s_tir import Schedule  # noqa: F401
+
+    return ("ok", None)
+
+
+def _clear_task() -> tuple:
+    _LIVE.data.clear()
+    _CONTEXTS.clear()
+    return ("ok", None)
+
+
+# ------------------------------------------------------------------------------------ the caller's side
+def _where(key: Any, text: str) -> str:
+    lines = text.splitlines()
+    digest = f"{key[0]:#x}" if isinstance(key, tuple) and key and isinstance(key[0], int) else repr(key)
+    target = key[1] if isinstance(key, tuple) and len(key) > 1 else "?"
+    try:  # the target's kind and arch, not its whole JSON
+        t = json.loads(target)
+        target = " ".join(str(t[k]) for k in ("kind", "arch") if k in t) or target
+    except (TypeError, ValueError):
+        pass
+    last = f"line {len(lines)} `{lines[-1][:120]}`" if lines else "the empty script"
+    return f"{last} of a script on workload {digest} (target {target})"
+
+
+class ScheduleWorker:
+    """One sandboxed worker process and the workloads it holds; one request at a time (a lock: a step's constraint
+    work may run in a background thread while the caller finishes attempts)."""
+
+    def __init__(self, timeout_s: float = TIMEOUT_S):
+        self.timeout_s = timeout_s
+        self.pool: Any = None
+        self.known: set = set()          # workload keys whose kernel was sent to the worker
+        self.lock = threading.Lock()
+        self.crashed = 0
+        self.timed_out = 0
+
+    # -- requests
+    def state(self, key: Any, mod: Any, text: str, trace_json: list) -> ScheduleState:
+        state, applied = self._call(key, mod, text, lambda mj: (_state_task, key, mj, text, trace_json))
+        APPLIED.update(applied)
+        return state
+
+    def finish_valid(self, key: Any, mod: Any, target: str, text: str) -> bool:
+        return self._call(key, mod, text, lambda mj: (_finish_task, key, mj, target, text))
+
+    def clear(self) -> None:
+        """Empty the worker's caches (benchmarks: each timed arm starts cold)."""
+        with self.lock:
+            if self.pool is not None:
+                self.pool.run(_clear_task, timeout=self.timeout_s)
+
+    def warm(self) -> None:
+        """Start the worker now and wait for it (its Python and TVM imports), not in the first attempt's time."""
+        with self.lock:
+            self._pool().run(_warm_task, timeout=self.timeout_s)
+
+    def close(self) -> None:
+        with self.lock:
+            if self.pool is not None:
+                self.pool.close()
+                self.pool = None
+
+    # -- plumbing
+    def _pool(self) -> Any:
+        if self.pool is None:
+            from little_dragon.sandbox import WorkerPool
+
+            self.pool = WorkerPool(max_workers=1, initializer=_init)
+        return self.pool
+
+    def _call(self, key: Any, mod: Any, text: str, request: Any) -> Any:
+        with self.lock:
+            pool = self._pool()
+            for known in ((True, False) if key in self.known else (False,)):
+                fn, *args = request(None if known else tvm_json(mod))
+                out = pool.run(fn, *args, timeout=self.timeout_s)
+                if not out.ok:
+                    self.known.clear()  # a new worker holds no kernel
+                    if out.kind == "timeout":
+                        self.timed_out += 1
+                        raise TVMTimedOut(f"TVM did not finish applying {_where(key, text)} in {self.timeout_s:g} s "
+                                          "(the constraint's worker was killed)")
+                    if out.kind == "crash":
+                        self.crashed += 1
+                        raise TVMCrashed(f"TVM ended the constraint's worker while applying {_where(key, text)} "
+                                         f"({out.message})")
+                    raise RuntimeError(f"the constraint's worker failed on {_where(key, text)}: {out.message}")
+                if out.value[0] != "need_module":
+                    break
+            self.known.add(key)
+            if out.value[0] == "ok":
+                return out.value[1]
+            raise RuntimeError(out.value[1])  # TVM's own message: the attempt's rejection reason
+
+
+def tvm_json(mod: Any) -> str:
+    import tvm
+
+    return tvm.ir.save_json(mod)
+
+
+_WORKER: ScheduleWorker | None = None
+_WORKER_LOCK = threading.Lock()
+
+
+def worker() -> ScheduleWorker:
+    """This process's worker (one: requests are short and serialised; its caches serve every attempt)."""
+    global _WORKER
+    with _WORKER_LOCK:
+        if _WORKER is None:
+            import atexit
+
+            _WORKER = ScheduleWorker()
+            atexit.register(_WORKER.close)
+        return _WORKER
