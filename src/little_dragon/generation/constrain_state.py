@@ -13,7 +13,8 @@ block, loop and value defined) map onto TVM objects.  From the live schedule we 
 - which block iters each live loop carries (``par``/``vec``/``bind``: TVM parallelizes, vectorizes or binds a
   loop only if every block iter whose binding uses it is data parallel, or, for a bind to ``threadIdx.*``, a
   reduction iter: ``CheckLoopParallelizableInBlock``), which loop is each loop's only child (``fuse``) and
-  which loops are annotated or bound (no ``split``/``fuse``);
+  which loops are annotated or bound (no ``split``/``fuse``), and which thread axes are bound around each loop
+  (enclosing or nested) at another extent (``bind`` takes none of them);
 - which live blocks ``inline`` may name (not the root, a reduction or an output block);
 - the names of all blocks of the scheduled function (``blk NAME``; cache stages add names such as
   ``C_local``).
@@ -56,6 +57,11 @@ class ScheduleState:
     # live blocks TVM's ComputeInline refuses: the root, a block with an init statement (a reduction), an output
     # block (one writing a buffer of the function's parameters)
     not_inlinable: frozenset[int] = frozenset()
+    # live loop -> the thread axes ("threadIdx.x", ...) bound on a loop enclosing it or nested in it whose extent
+    # differs from its own: binding it to one of those nests one axis at two extents, which TVM's Bind accepts and
+    # lowers to a kernel that leaves outputs unwritten (session 11's sealed wrong results); MetaSchedule binds one
+    # axis on nested loops only at equal extents (cooperative fetch: the copy loops inside the block's own)
+    loop_nested_axes: dict[int, frozenset[str]] = dataclasses.field(default_factory=dict)
 
 
 def _int(x: Any) -> int | None:
@@ -130,25 +136,27 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
     st.block_names = _block_names(sch)
     st.not_inlinable = frozenset(not_inlinable)
     if loop_vars:
-        kinds, child, pinned = _loop_facts(sch)
+        kinds, child, pinned, nested = _loop_facts(sch)
         st.loop_iters = {k: kinds.get(h, "S") for k, h in loop_vars.items()}
         named: dict[int, list[int]] = {}  # loop variable handle -> the live script variables naming that loop
         for k, h in loop_vars.items():
             named.setdefault(h, []).append(k)
         st.loop_child = {k: tuple(named[child[h]]) for k, h in loop_vars.items() if child.get(h) in named}
         st.loop_pinned = frozenset(k for k, h in loop_vars.items() if h in pinned)
+        st.loop_nested_axes = {k: nested[h] for k, h in loop_vars.items() if nested.get(h)}
     return st
 
 
-def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int]]:
-    """Three facts of the loops of the scheduled function, by loop variable handle, from one walk of the IR:
+def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dict[int, frozenset[str]]]:
+    """Four facts of the loops of the scheduled function, by loop variable handle, from one walk of the IR:
 
     - "R"/"X" for the loops that some block iter other than a data-parallel one uses in its binding (absent:
       "S").  TVM's ``CheckParallelizability`` visits every block realize under the loop that has a schedule sref
       (the blocks of ``init`` have none: not walked), and for each iter whose binding uses the loop variable
       allows a data-parallel iter, or a reduction iter when binding to threadIdx.x/y/z;
     - the handle of the loop that is a loop's whole body (TVM's Fuse joins a loop only with that one);
-    - the loops with an annotation or a thread binding (TVM's Split and Fuse refuse them)."""
+    - the loops with an annotation or a thread binding (TVM's Split and Fuse refuse them);
+    - the thread axes bound on the loops enclosing each loop or nested in it, at an extent other than its own."""
     from tvm.s_tir import SBlockRealize
     from tvm.tirx import For, IfThenElse, SeqStmt, Stmt, analysis
 
@@ -156,17 +164,35 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int]]:
     kinds: dict[int, str] = {}
     child: dict[int, int] = {}
     pinned: set[int] = set()
+    nested: dict[int, frozenset[str]] = {}
     above: list[int] = []  # handles of the loop variables enclosing the statement visited
+    axes_above: list[tuple[str, int | None]] = []  # (thread axis, extent) of the bound loops among them
+    axes_below: list[set[tuple[str, int | None]]] = [set()]  # per enclosing loop: the bound loops inside it
 
     def visit(stmt: Any) -> None:
         if isinstance(stmt, For):
             h = hash(stmt.loop_var)
             if isinstance(stmt.body, For):
                 child[h] = hash(stmt.body.loop_var)
-            if len(stmt.annotations) or stmt.thread_binding is not None:
+            axis = stmt.thread_binding.thread_tag if stmt.thread_binding is not None else None
+            extent = _int(stmt.extent)
+            if len(stmt.annotations) or axis is not None:
                 pinned.add(h)
             above.append(h)
+            axes_below.append(set())
+            if axis:
+                axes_above.append((axis, extent))
             visit(stmt.body)
+            if axis:
+                axes_above.pop()
+            inside = axes_below.pop()
+            # one axis on nested loops of equal extent is one thread index (MetaSchedule's cooperative fetch binds
+            # its copy loops so inside the block's own); of different extents it is a wrong kernel
+            nested[h] = frozenset(a for a, e in inside.union(axes_above)
+                                  if e is not None and extent is not None and e != extent)
+            axes_below[-1].update(inside)
+            if axis:
+                axes_below[-1].add((axis, extent))
             above.pop()
         elif isinstance(stmt, SBlockRealize):
             block = stmt.block
@@ -196,7 +222,7 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int]]:
         body = getattr(f, "body", None)
         if isinstance(body, Stmt):
             visit(body)
-    return kinds, child, pinned
+    return kinds, child, pinned, nested
 
 
 def _n_loops_above(sch: Any, rv: Any) -> int:

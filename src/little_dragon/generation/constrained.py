@@ -933,6 +933,8 @@ class ConstrainedDecoding:
         self.last_constraints: list[ScriptConstraint] = []
         self.processor: CodecLogitsProcessor | None = None
         self._engine: TokenEngine | None = None
+        if semantic and ISOLATE_TVM:
+            tvm_worker().start()  # the worker's process and imports while the caller loads its model
 
     def engine(self, vocab_size: int | None = None) -> TokenEngine:
         if self._engine is None:

@@ -14,7 +14,8 @@ stays the codec's.  Changes, all of them narrowing:
   to what remains: the tile TVM builds is perfect, MetaSchedule's rule) — a context-free rule per divisor of the
   extent; inside a multi-level tiling the factor count of the loop's iter kind (``_tile_rules``);
 - ``par``/``vec``/``bind``, ``split``/``fuse``, ``inline``: the loops and blocks TVM's primitives accept for
-  their iter kinds, annotations, nesting and block kind (``_parallel_rules``, ``_split_fuse_rules``);
+  their iter kinds, annotations, nesting and block kind (``_parallel_rules``, ``_split_fuse_rules``); `bind` never
+  to a thread axis bound on an enclosing or nested loop (TVM accepts that, and the kernel is wrong);
 - ``cat c1 .. cN = k`` and ``ann .. cat .. = k``: k < N (named lists: their length).
 - integers right after a field are written with their separating space (``SINT``): the grammar's
   ``%ignore`` would otherwise let ``loops b12`` read as ``loops b1 2`` when only ``b1`` exists, which the
@@ -31,7 +32,7 @@ import functools
 import json
 import re
 
-from little_dragon.codec.kinds import CANDIDATES, INTRIN_FULL
+from little_dragon.codec.kinds import CANDIDATES, INTRIN_FULL, THREAD_FULL
 from little_dragon.generation.constrain_state import ScheduleState
 
 NEVER = r"/[^\s\S]/"  # a terminal that matches nothing (no such variable exists yet)
@@ -336,16 +337,35 @@ _CODEC_AS_IS = ("k_par", "k_vec", "k_bind", "k_split", "k_fuse", "k_inline")
 _THREAD_IDX = ("tx", "ty", "tz") + tuple(f"threadIdx.{d}" for d in "xyz") + tuple(f'"threadIdx.{d}"' for d in "xyz")
 
 
+# the thread axes MetaSchedule binds, each written as the codec's abbreviation, its name or its name quoted
+_AXES = tuple(THREAD_FULL)
+
+
 def _parallel_rules(state: ScheduleState) -> list[str]:
     """[par/vec/bind] TVM parallelizes, vectorizes or binds a loop only if every block iter whose binding uses
     it is data parallel (``LPAR``), or binds it to threadIdx.x/y/z when a reduction iter is among them (``LRED``,
-    cross-thread reduction); a loop that carries any other iter kind is none of these (``state.loop_iters``)."""
+    cross-thread reduction); a loop that carries any other iter kind is none of these (``state.loop_iters``).
+    [nested axes] A loop is not bound to a thread axis already bound on a loop enclosing it or nested in it
+    (``state.loop_nested_axes``): TVM accepts that and lowers it to a kernel that leaves outputs unwritten (session
+    11's sealed wrong results); such a loop takes the known axes other than those (``_AXES``), in any of their forms."""
     kind = state.loop_iters
+    nested = state.loop_nested_axes
     par = [f"l{k}" for k in sorted(state.loops) if kind.get(k, "S") == "S"]
     red = [f"l{k}" for k in sorted(state.loops) if kind.get(k, "S") == "R"]
-    return ['k_par: "par" LPAR', 'k_vec: "vec" LPAR', 'k_bind: "bind" (LPAR thread | LRED TIDX)',
-            "LPAR: " + _alts(par), "LRED: " + _alts(red),
-            "TIDX: " + _alts(list(_THREAD_IDX))]
+    par_free = [x for x in par if not nested.get(int(x[1:]))]
+    red_free = [x for x in red if not nested.get(int(x[1:]))]
+    rules = ['k_par: "par" LPAR', 'k_vec: "vec" LPAR', "LPAR: " + _alts(par), "TIDX: " + _alts(list(_THREAD_IDX))]
+    bind = ["BPAR thread", "BRED TIDX"]
+    for x in par + red:
+        taken = nested.get(int(x[1:]))
+        if not taken:
+            continue
+        axes = [a for a in _AXES if a not in taken and (x in par or a.startswith("threadIdx."))]
+        forms = [f for a in axes for f in (THREAD_FULL[a], a, f'"{a}"')]
+        rules.append(f"bn{x[1:]}: {json.dumps(x)} (" + (_alts(forms) if forms else NEVER) + ")")
+        bind.append(f"bn{x[1:]}")
+    rules += ['k_bind: "bind" (' + " | ".join(bind) + ")", "BPAR: " + _alts(par_free), "BRED: " + _alts(red_free)]
+    return rules
 
 
 def _split_fuse_rules(state: ScheduleState) -> list[str]:
@@ -391,7 +411,8 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.n_consumers.items())), tuple(sorted(state.n_reads.items())),
             tuple(sorted(state.n_writes.items())), tuple(sorted(state.loop_iters.items())),
             tuple(sorted(state.loop_child.items())), tuple(sorted(state.loop_pinned)),
-            tuple(sorted(state.not_inlinable)))
+            tuple(sorted(state.not_inlinable)),
+            tuple(sorted((k, tuple(sorted(v))) for k, v in state.loop_nested_axes.items())))
 
 
 def line_grammar(state: ScheduleState | None, first: bool = False, finished: bool = False,

@@ -206,6 +206,12 @@ class ScheduleWorker:
         with self.lock:
             self._pool().run(_warm_task, timeout=self.timeout_s)
 
+    def start(self) -> None:
+        """Begin starting the worker (``warm`` without waiting): its process and imports overlap the caller's work."""
+        with self.lock:
+            if self.pool is None:
+                self._pool().pool.schedule(_warm_task)
+
     def close(self) -> None:
         with self.lock:
             if self.pool is not None:
