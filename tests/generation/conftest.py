@@ -11,3 +11,13 @@ def smollm2(token_counter):
 
     return PreTrainedTokenizerFast(tokenizer_object=token_counter.tokenizer, eos_token="<|endoftext|>",
                                    clean_up_tokenization_spaces=False)
+
+
+@pytest.fixture(scope="module")
+def engine(smollm2):
+    """llguidance's view of SmolLM2's tokenizer (``constrained.TokenEngine``), for the constraint tests' masks (a
+    module may define its own ``engine`` over another tokenizer)."""
+    from little_dragon.generation.constrained import TokenEngine
+
+    return TokenEngine(smollm2)
+

@@ -8,16 +8,8 @@ schedule, llguidance.
 """
 from __future__ import annotations
 
-import pytest
 from dragon_testkit import CODEC_DATA as DATA
 from dragon_testkit import allowed_by_mask, prefix_state, real_prefixes, tvm_accepts
-
-
-@pytest.fixture(scope="module")
-def engine(smollm2):
-    from little_dragon.generation.constrained import TokenEngine
-
-    return TokenEngine(smollm2)
 
 
 def test_a_thread_axis_is_not_bound_on_nested_loops(engine, smollm2):

@@ -15,13 +15,6 @@ from dragon_testkit import real_records as _records
 from dragon_testkit import tvm_accepts
 
 
-@pytest.fixture(scope="module")
-def engine(smollm2):
-    from little_dragon.generation.constrained import TokenEngine
-
-    return TokenEngine(smollm2)
-
-
 @pytest.mark.parametrize("db", ["real_llvm_db", "real_cuda_db"])
 def test_inline_of_a_block_tvm_refuses_for_its_kind_is_masked(engine, smollm2, db):
     """Right before each real record's first `inline` line: for every live block, a masked `inline` is one TVM

@@ -25,13 +25,6 @@ def _nested(st, k: int, form: str) -> bool:
     return form.startswith("bind") and AXIS[form.split()[-1]] in st.loop_nested_axes.get(k, ())
 
 
-@pytest.fixture(scope="module")
-def engine(smollm2):
-    from little_dragon.generation.constrained import TokenEngine
-
-    return TokenEngine(smollm2)
-
-
 @pytest.mark.parametrize("db,before", [("real_llvm_db", ("par", "vec", "ann")), ("real_cuda_db", ("bind", "vec"))])
 def test_masked_par_vec_bind_lines_are_the_ones_tvm_refuses_for_their_iters(engine, smollm2, db, before):
     """At real prefixes (right before a real record's `par`/`vec`/`bind` line): for every live loop and each form,

@@ -11,16 +11,8 @@ from __future__ import annotations
 
 import itertools
 
-import pytest
 from dragon_testkit import CODEC_DATA as DATA
 from dragon_testkit import allowed_by_mask, feed_constraint, prefix_state, real_prefixes, tvm_accepts
-
-
-@pytest.fixture(scope="module")
-def engine(smollm2):
-    from little_dragon.generation.constrained import TokenEngine
-
-    return TokenEngine(smollm2)
 
 
 def test_fuse_takes_chains_of_only_children_outer_first(engine, smollm2):

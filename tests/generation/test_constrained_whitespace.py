@@ -14,13 +14,6 @@ import json
 import pytest
 
 
-@pytest.fixture(scope="module")
-def engine(smollm2):
-    from little_dragon.generation.constrained import TokenEngine
-
-    return TokenEngine(smollm2)
-
-
 def _workload():
     from dragon_testkit import matmul_tensors, prim_module
 

@@ -15,13 +15,6 @@ from dragon_testkit import CODEC_DATA as DATA
 from dragon_testkit import feed_constraint, model_script_lines, prefix_state, real_prefixes, real_records
 
 
-@pytest.fixture(scope="module")
-def engine(smollm2):
-    from little_dragon.generation.constrained import TokenEngine
-
-    return TokenEngine(smollm2)
-
-
 def _fusable_pair(mod, head: str) -> tuple[int, int]:
     st = prefix_state(mod, head)
     for a, kids in sorted(st.loop_child.items()):
