@@ -40,7 +40,6 @@ Entry points: ``logits_processor_factory(tokenizer)`` (the ``generation.sample``
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import json
@@ -52,7 +51,7 @@ from typing import Any
 
 from little_dragon.generation.constrain_state import ScheduleState
 from little_dragon.generation.grammar_line import line_grammar, reorder_derivable, tiling_run
-from little_dragon.generation.schedule_worker import _LIVE, finish_valid, prefix_facts
+from little_dragon.generation.schedule_worker import _LIVE, LRU, finish_valid, prefix_facts
 from little_dragon.generation.schedule_worker import worker as tvm_worker
 
 log = logging.getLogger(__name__)
@@ -297,30 +296,8 @@ def engine_for(tokenizer: Any, vocab_size: int | None = None) -> TokenEngine:
 
 
 # ------------------------------------------------------------------------------------- prefix facts, cached
-class _LRU:
-    """Results by script prefix: the k attempts of a prompt share their first lines, and a line's decode
-    and schedule state are functions of the text so far."""
-
-    def __init__(self, size: int):
-        self.size, self.data = size, collections.OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, key: Any) -> Any:
-        with self.lock:
-            v = self.data.get(key)
-            if v is not None:
-                self.data.move_to_end(key)
-            return v
-
-    def put(self, key: Any, value: Any) -> None:
-        with self.lock:
-            self.data[key] = value
-            if len(self.data) > self.size:
-                self.data.popitem(last=False)
-
-
-_DECODED = _LRU(8192)
-_STATES = _LRU(8192)
+_DECODED = LRU(8192)  # prefix -> its decode
+_STATES = LRU(8192)   # (workload, prefix) -> its schedule facts (or the error applying it)
 
 
 @dataclasses.dataclass(frozen=True)

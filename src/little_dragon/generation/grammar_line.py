@@ -332,39 +332,38 @@ _SYNTAX_ONLY = "\n".join([
 # rules the semantic grammar narrows and the syntax-only one takes as the codec has them
 _CODEC_AS_IS = ("k_par", "k_vec", "k_bind", "k_split", "k_fuse", "k_inline")
 
-# the thread axes a loop that carries a reduction iter may be bound to (cross-thread reduction), in every form
-# the codec reads: its abbreviation, the tag as a name, the tag as a string
-_THREAD_IDX = ("tx", "ty", "tz") + tuple(f"threadIdx.{d}" for d in "xyz") + tuple(f'"threadIdx.{d}"' for d in "xyz")
-
-
-# the thread axes MetaSchedule binds, each written as the codec's abbreviation, its name or its name quoted
+# the thread axes MetaSchedule binds (the codec's), and those a loop that carries a reduction iter may be bound to
+# (cross-thread reduction)
 _AXES = tuple(THREAD_FULL)
+_THREAD_IDX_AXES = tuple(a for a in _AXES if a.startswith("threadIdx."))
+
+
+def _axis_forms(axes: tuple[str, ...] | list[str]) -> list[str]:
+    """Each axis in every form the codec reads: its abbreviation, its name, its name quoted."""
+    return [f for a in axes for f in (THREAD_FULL[a], a, f'"{a}"')]
 
 
 def _parallel_rules(state: ScheduleState) -> list[str]:
     """[par/vec/bind] TVM parallelizes, vectorizes or binds a loop only if every block iter whose binding uses
-    it is data parallel (``LPAR``), or binds it to threadIdx.x/y/z when a reduction iter is among them (``LRED``,
+    it is data parallel (``LPAR``), or binds it to threadIdx.x/y/z when a reduction iter is among them (``TIDX``,
     cross-thread reduction); a loop that carries any other iter kind is none of these (``state.loop_iters``).
-    [nested axes] A loop is not bound to a thread axis already bound on a loop enclosing it or nested in it
-    (``state.loop_nested_axes``): TVM accepts that and lowers it to a kernel that leaves outputs unwritten (session
-    11's sealed wrong results); such a loop takes the known axes other than those (``_AXES``), in any of their forms."""
-    kind = state.loop_iters
-    nested = state.loop_nested_axes
-    par = [f"l{k}" for k in sorted(state.loops) if kind.get(k, "S") == "S"]
-    red = [f"l{k}" for k in sorted(state.loops) if kind.get(k, "S") == "R"]
-    par_free = [x for x in par if not nested.get(int(x[1:]))]
-    red_free = [x for x in red if not nested.get(int(x[1:]))]
-    rules = ['k_par: "par" LPAR', 'k_vec: "vec" LPAR', "LPAR: " + _alts(par), "TIDX: " + _alts(list(_THREAD_IDX))]
+    [nested axes] A loop is not bound to a thread axis already bound on a loop enclosing it or nested in it at
+    another extent (``state.loop_nested_axes``): TVM accepts that and lowers it to a kernel that leaves outputs
+    unwritten (session 11's sealed wrong results); such a loop takes the other axes it may take (``bn<k>``)."""
+    kind, nested = state.loop_iters, state.loop_nested_axes
+    par = [k for k in sorted(state.loops) if kind.get(k, "S") == "S"]
+    red = [k for k in sorted(state.loops) if kind.get(k, "S") == "R"]
+    rules = ['k_par: "par" LPAR', 'k_vec: "vec" LPAR', "LPAR: " + _alts([f"l{k}" for k in par]),
+             "TIDX: " + _alts(_axis_forms(_THREAD_IDX_AXES))]
     bind = ["BPAR thread", "BRED TIDX"]
-    for x in par + red:
-        taken = nested.get(int(x[1:]))
-        if not taken:
-            continue
-        axes = [a for a in _AXES if a not in taken and (x in par or a.startswith("threadIdx."))]
-        forms = [f for a in axes for f in (THREAD_FULL[a], a, f'"{a}"')]
-        rules.append(f"bn{x[1:]}: {json.dumps(x)} (" + (_alts(forms) if forms else NEVER) + ")")
-        bind.append(f"bn{x[1:]}")
-    rules += ['k_bind: "bind" (' + " | ".join(bind) + ")", "BPAR: " + _alts(par_free), "BRED: " + _alts(red_free)]
+    for axes, loops in ((_AXES, par), (_THREAD_IDX_AXES, red)):
+        for k in loops:
+            if nested.get(k):
+                rules.append(f'bn{k}: "l{k}" (' + _alts(_axis_forms([a for a in axes if a not in nested[k]])) + ")")
+                bind.append(f"bn{k}")
+    rules += ['k_bind: "bind" (' + " | ".join(bind) + ")",
+              "BPAR: " + _alts([f"l{k}" for k in par if not nested.get(k)]),
+              "BRED: " + _alts([f"l{k}" for k in red if not nested.get(k)])]
     return rules
 
 

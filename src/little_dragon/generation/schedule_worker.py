@@ -45,23 +45,30 @@ class TVMTimedOut(RuntimeError):
 
 
 # ------------------------------------------------------------------------------------ the work itself
-class _LRU:
+class LRU:
+    """Results by script prefix, the least recently used dropped first: the k attempts of a prompt share their first
+    lines, and a line's decode, live schedule and facts are functions of the text so far.  Locked: a step's
+    constraint work may run in a background thread (``constrained.BACKGROUND``)."""
+
     def __init__(self, size: int):
         self.size, self.data = size, collections.OrderedDict()
+        self.lock = threading.Lock()
 
     def get(self, key: Any) -> Any:
-        v = self.data.get(key)
-        if v is not None:
-            self.data.move_to_end(key)
-        return v
+        with self.lock:
+            v = self.data.get(key)
+            if v is not None:
+                self.data.move_to_end(key)
+            return v
 
     def put(self, key: Any, value: Any) -> None:
-        self.data[key] = value
-        if len(self.data) > self.size:
-            self.data.popitem(last=False)
+        with self.lock:
+            self.data[key] = value
+            if len(self.data) > self.size:
+                self.data.popitem(last=False)
 
 
-_LIVE = _LRU(512)  # (workload key, prefix) -> its LiveSchedule (a TVM schedule each: fewer of them kept)
+_LIVE = LRU(512)  # (workload key, prefix) -> its LiveSchedule (a TVM schedule each: fewer of them kept)
 APPLIED: collections.Counter = collections.Counter()  # "extended" (one line applied) / "replayed" (whole prefix)
 
 
