@@ -136,7 +136,7 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
     st.block_names = _block_names(sch)
     st.not_inlinable = frozenset(not_inlinable)
     if loop_vars:
-        kinds, child, pinned, nested = _loop_facts(sch)
+        kinds, child, pinned, nested, _ = _loop_facts(sch)
         st.loop_iters = {k: kinds.get(h, "S") for k, h in loop_vars.items()}
         named: dict[int, list[int]] = {}  # loop variable handle -> the live script variables naming that loop
         for k, h in loop_vars.items():
@@ -147,8 +147,8 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
     return st
 
 
-def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dict[int, frozenset[str]]]:
-    """Four facts of the loops of the scheduled function, by loop variable handle, from one walk of the IR:
+def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dict[int, frozenset[str]], dict]:
+    """Five facts of the loops of the scheduled function, by loop variable handle, from one walk of the IR:
 
     - "R"/"X" for the loops that some block iter other than a data-parallel one uses in its binding (absent:
       "S").  TVM's ``CheckParallelizability`` visits every block realize under the loop that has a schedule sref
@@ -156,7 +156,8 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
       allows a data-parallel iter, or a reduction iter when binding to threadIdx.x/y/z;
     - the handle of the loop that is a loop's whole body (TVM's Fuse joins a loop only with that one);
     - the loops with an annotation or a thread binding (TVM's Split and Fuse refuse them);
-    - the thread axes bound on the loops enclosing each loop or nested in it, at an extent other than its own."""
+    - the thread axes bound on the loops enclosing each loop or nested in it, at an extent other than its own;
+    - the bound loops: (thread axis, loop variable name, extent)."""
     from tvm.s_tir import SBlockRealize
     from tvm.tirx import For, IfThenElse, SeqStmt, Stmt, analysis
 
@@ -165,6 +166,7 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
     child: dict[int, int] = {}
     pinned: set[int] = set()
     nested: dict[int, frozenset[str]] = {}
+    bound: dict[int, tuple[str, str, Any]] = {}
     above: list[int] = []  # handles of the loop variables enclosing the statement visited
     axes_above: list[tuple[str, int | None]] = []  # (thread axis, extent) of the bound loops among them
     axes_below: list[set[tuple[str, int | None]]] = [set()]  # per enclosing loop: the bound loops inside it
@@ -178,6 +180,8 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
             extent = _int(stmt.extent)
             if len(stmt.annotations) or axis is not None:
                 pinned.add(h)
+            if axis:
+                bound[h] = (axis, stmt.loop_var.name, stmt.extent)
             above.append(h)
             axes_below.append(set())
             if axis:
@@ -222,7 +226,17 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
         body = getattr(f, "body", None)
         if isinstance(body, Stmt):
             visit(body)
-    return kinds, child, pinned, nested
+    return kinds, child, pinned, nested, bound
+
+
+def nested_thread_bindings(sch: Any) -> list[str]:
+    """The loops of the scheduled function bound to a thread axis that a loop enclosing them, or nested in them, is
+    bound to at another extent (``_loop_facts``), each described.  TVM accepts such a kernel and lowers it to one that
+    leaves outputs unwritten (the H200 sealed run of session 11: 8 wrong results, one of them made by ``post *``'s
+    RewriteUnboundBlock binding a loop around the model's ``blockIdx.x`` loop); equal extents are one thread index."""
+    *_, nested, bound = _loop_facts(sch)
+    return [f"loop {name} (extent {extent}) is bound to {axis}, and so is a loop enclosing or inside it at another extent"
+            for h, (axis, name, extent) in bound.items() if axis in nested.get(h, ())]
 
 
 def _n_loops_above(sch: Any, rv: Any) -> int:

@@ -18,8 +18,11 @@ How (results/constrained-decoding.md has the library comparison and the A/B):
   location counts, reorder of non-nested loops, split factors of value variables, tensorize
   preconditions).  A line that does not apply ends the attempt (EOS is forced: no tokens are wasted on a
   dead schedule); the attempt counts as rejected (``ConstraintStats``) and ``generate_constrained``
-  resamples it, up to ``max_resamples`` times, counting every resample.  ``post *`` is derived and
-  checked by the final decode (``datasets.validity.check_script``).
+  resamples it, up to ``max_resamples`` times, counting every resample.
+- **Checked at the end of the script**: ``post *`` runs the target's post-processors (on CUDA ending in
+  VerifyGPUCode: threads per block, shared memory, vector width depend on the whole schedule) and the finished
+  kernel must not bind one thread axis on nested loops of different extents; a script that fails is rejected
+  like a line that does not apply (``rejected_end``, resampled: ``schedule_worker.finish_check``).
 - **TVM runs in a worker process** (``schedule_worker``: the sandbox's pebble worker): a primitive that crashes
   or hangs on a line (TVM's Fuse segfaults on ``pui=_``) ends that attempt as a line that does not apply, and the
   next line gets a new worker; the run goes on.
@@ -51,7 +54,7 @@ from typing import Any
 
 from little_dragon.generation.constrain_state import ScheduleState
 from little_dragon.generation.grammar_line import line_grammar, reorder_derivable, tiling_run
-from little_dragon.generation.schedule_worker import _LIVE, LRU, finish_valid, prefix_facts
+from little_dragon.generation.schedule_worker import _LIVE, LRU, finish_check, prefix_facts
 from little_dragon.generation.schedule_worker import worker as tvm_worker
 
 log = logging.getLogger(__name__)
@@ -112,12 +115,17 @@ class ConstraintStats:
     lines: int = 0                 # lines completed and checked
     rejected_decode: int = 0       # a line the grammar allowed but the codec did not decode (should be 0)
     rejected_apply: int = 0        # a line that decoded but did not apply (checked at line end)
+    rejected_end: int = 0          # a script whose `post *` failed (post-processing, VerifyGPUCode, nested binding)
+    end_checked: int = 0           # scripts checked at `post *`
     resampled: int = 0             # attempts generated again after a rejection (generate_constrained)
     truncated: int = 0             # attempts that hit the token budget mid-line (their complete lines kept)
     mask_s: float = 0.0            # time computing masks
     state_s: float = 0.0           # time decoding lines, applying prefixes, writing line grammars
     compile_s: float = 0.0         # wall time compiling line grammars (llguidance; in parallel when several)
     compiled: int = 0              # line grammars compiled (the rest were cached: same schedule facts)
+    setup_s: float = 0.0           # making the attempts' constraints (first states; kernels sent to the worker)
+    first_mask_s: float = 0.0      # from an engine call's start to its first masks (its cold start)
+    wait_s: float = 0.0            # the decoding loop waiting for masks (shared-prefix engine)
     reasons: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def add_reason(self, reason: str) -> None:
@@ -518,6 +526,8 @@ class ScriptConstraint:
         self.error = f"{what}: {msg[-1] if msg else ''}"[:300]
         if what == "decode":
             self.stats.rejected_decode += 1
+        elif what == "post":
+            self.stats.rejected_end += 1
         else:
             self.stats.rejected_apply += 1
         self.stats.add_reason(re.sub(r"\d+", "N", self.error))
@@ -526,8 +536,14 @@ class ScriptConstraint:
         self.stats.lines += 1
         candidate = self.text + line + "\n"
         if _DERIVED_POST.fullmatch(line.strip()):  # `post *` (also `post*`: the codec reads it so)
-            self.finished = True  # `post *`: the post-processing is derived and checked by the final decode
+            self.finished = True  # `post *`: the post-processing is derived; the finished kernel is checked here
             self.text = candidate
+            if self.workload is not None:
+                self.stats.end_checked += 1
+                why = self._finish_check(candidate)
+                if why:  # the script keeps its `post *`: the judge's verdict on it is the one given here
+                    self._kill("post", why)
+                    return
             self.pending, self._matcher = self._grammar(False), None
             self.line = b""
             return
@@ -575,7 +591,7 @@ class ScriptConstraint:
         refused a line, the lines up to and including that one.  Tile lines carry the first factor TVM ran
         (``_perfect_tile``): the script is the trace that was applied."""
         if self.dead:  # a line TVM refused ends its text (the verdict names it): no `post *` could apply
-            return self._repair(self.text if self.error.startswith("apply:") else self._finished(self.text))
+            return self._repair(self.text if self.error.startswith(("apply:", "post:")) else self._finished(self.text))
         if self.done:
             return self._repair(generated)
         self.stats.truncated += 1
@@ -598,15 +614,21 @@ class ScriptConstraint:
         if self.workload is None or self.finished or not text.strip():
             return text
         candidate = text + "post *\n"
+        return text if self._finish_check(candidate) else candidate
+
+    def _finish_check(self, text: str) -> str:
+        """Why ``text`` (ending in ``post *``) is not a finished kernel of the workload, "" when it is
+        (``schedule_worker.finish_check``, in the worker unless ``ISOLATE_TVM`` is off)."""
         wl = self.workload
+        t0 = time.perf_counter()
         try:
             if ISOLATE_TVM:
-                ok = tvm_worker().finish_valid(wl.key, wl.mod, wl.target, candidate)
-            else:
-                ok = finish_valid(wl.mod, wl.post_context, candidate)
-        except Exception:  # noqa: BLE001 - TVM crashed or hung on it: keep the checked lines as they are
-            ok = False
-        return candidate if ok else text
+                return tvm_worker().finish_check(wl.key, wl.mod, wl.target, text)
+            return finish_check(wl.mod, wl.post_context, text)
+        except Exception as e:  # noqa: BLE001 - TVM crashed or hung on it (the worker names line and workload)
+            return str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        finally:
+            self.stats.state_s += time.perf_counter() - t0
 
     def fill_mask(self, bitmask: Any, row: int) -> None:
         """Write the allowed-token bitmask of this attempt into ``bitmask[row]`` (llguidance layout)."""
@@ -845,12 +867,13 @@ class AttemptLogitsProcessor:
     background thread beside the forward pass where ``BACKGROUND`` says so, compiles in threads where
     ``COMPILE_THREADS`` does) and the same masks: the constraint is a function of each attempt's own tokens."""
 
-    def __init__(self, engine: TokenEngine, constraints: list[ScriptConstraint]):
+    def __init__(self, engine: TokenEngine, constraints: list[ScriptConstraint], t0: float | None = None):
         self.engine, self.constraints = engine, constraints
         self._bitmask = allocate_bitmask(len(constraints), engine.vocab_size)
         self._rows: dict[int, int] = {}   # attempt id -> its row of ``_bitmask`` (masks computed ahead)
         self._job: Any = None
         self._threads = bool(COMPILE_THREADS)
+        self._t0 = time.perf_counter() if t0 is None else t0  # the call's start: its first masks time the cold start
 
     def ahead(self, attempts: Any, tokens: Any, final: bool = False) -> None:
         """The tokens ``attempts`` just sampled (EOS included), before the next forward pass: consumed (and the
@@ -888,10 +911,17 @@ class AttemptLogitsProcessor:
     def __call__(self, attempts: Any, input_ids: Any, scores: Any) -> Any:
         """``scores`` ``[m, V]`` of ``attempts`` (ids; not ended), the tokens not allowed set to ``-inf``."""
         ids = attempts.tolist()
+        t = time.perf_counter()
         had_job = self._job is not None
         self._collect()
         if not (had_job and all(a in self._rows for a in ids)):
             self._fill(ids)
+        if self.constraints:
+            stats, now = self.constraints[0].stats, time.perf_counter()
+            stats.wait_s += now - t
+            if self._t0 is not None:
+                stats.first_mask_s += now - self._t0
+                self._t0 = None
         rows = [self._rows[a] for a in ids]
         bits = self._bitmask[:len(ids)] if rows == list(range(len(ids))) else self._bitmask[rows]
         self._rows = {}
@@ -936,9 +966,11 @@ class ConstrainedDecoding:
     def attempt_processor(self, prompts: list[str], n: int) -> AttemptLogitsProcessor:
         """The shared-prefix engine's processor of one call over ``prompts``, ``n`` attempts each (attempt
         ``p * n + j`` is ``constraints[p * n + j]``; ``last_constraints`` are these)."""
+        t0 = time.perf_counter()
         self.last_constraints = self.constraints_for(prompts, n)
+        self.stats.setup_s += time.perf_counter() - t0
         self.processor = None  # the model's forward pre-hook is the HF path's; the engine calls ``ahead`` itself
-        return AttemptLogitsProcessor(self.engine(), self.last_constraints)
+        return AttemptLogitsProcessor(self.engine(), self.last_constraints, t0)
 
     def forward_pre_hook(self, module: Any, args: Any, kwargs: Any) -> None:
         """For ``model.register_forward_pre_hook(..., with_kwargs=True)``: hands the tokens just sampled
@@ -1081,6 +1113,14 @@ def _with_resamples(tokenizer: Any, scripts: list[list[str]], ok: list[list[bool
             ok[p][a] = good
         pending = [(p, a) for p, a in pending if not ok[p][a]]
     n_tok = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for x in final for t in x)
+    st = hook.stats  # this hook's totals so far (a stage may call it several times)
+    log.info("constrained generation: %d prompts, first pass %.1f s, %.1f s in all; totals: %d attempts (%d resampled), "
+             "%d lines checked, rejected %d at a line and %d at the end of the script (of %d checked), %d cut at the "
+             "budget; setup %.1f s, first masks %.1f s after each call's start, %d grammars compiled in %.1f s, state "
+             "%.1f s, masks %.1f s, waited for masks %.1f s", len(scripts), first_seconds, time.perf_counter() - t0,
+             st.attempts, st.resampled, st.lines, st.rejected_apply + st.rejected_decode, st.rejected_end,
+             st.end_checked, st.truncated, st.setup_s, st.first_mask_s, st.compiled, st.compile_s, st.state_s,
+             st.mask_s, st.wait_s)
     return ConstrainedResult(final, first, first_ok, hook.stats, time.perf_counter() - t0, n_tok, first_seconds,
                              generated)
 

@@ -74,7 +74,7 @@ class LocalGenerator:
         from little_dragon.training.callbacks import sample_scripts
 
         if self.cfg.constrained and hasattr(self.logits_processor_factory, "stats"):
-            # constrained decoding: attempts that failed a line check are resampled (counted in .stats)
+            # constrained decoding: attempts that failed a line check or the end-of-script check are resampled (counted)
             from little_dragon.generation.constrained import generate_constrained
 
             # on the shared-prefix engine (AttemptLogitsProcessor) or through generate (dynamic cache)

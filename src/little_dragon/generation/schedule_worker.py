@@ -10,7 +10,7 @@ dies or times out, its process group killed), which keeps the prefixes' live sch
 Requests (the worker's functions, each returning a value, never raising TVM's error):
 
     _state_task(key, mod_json, text, trace_json) -> ("ok", (ScheduleState, {"extended": n, "replayed": n}))
-    _finish_task(key, mod_json, target, text)    -> ("ok", valid: bool)
+    _finish_task(key, mod_json, target, text)    -> ("ok", why not finished: str, "" when finished)
     _clear_task()                                -> ("ok", None)
     any of them                                  -> ("err", TVM's message) | ("need_module",)
 
@@ -31,7 +31,8 @@ import sys
 import threading
 from typing import Any
 
-from little_dragon.generation.constrain_state import LiveSchedule, ScheduleState, extend, live_state, replay
+from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleState, extend, live_state,
+                                                     nested_thread_bindings, replay)
 
 TIMEOUT_S = 120.0  # one request: a line's apply takes milliseconds, a cut attempt's post-processing seconds at most
 
@@ -102,14 +103,26 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
     return live_state(live)
 
 
-def finish_valid(mod: Any, post_context: Any, text: str) -> bool:
-    """Whether ``text`` (a script ending in ``post *``) applies to ``mod`` and its post-processing succeeds."""
+def finish_check(mod: Any, post_context: Any, text: str) -> str:
+    """Why ``text`` (a script ending in ``post *``) is not a finished kernel of ``mod``; "" when it is.  It must
+    decode, apply, and pass the target's post-processing (on CUDA that ends in VerifyGPUCode: threads per block,
+    shared memory, vector width, which no line's check can know while the tile is being written), and the kernel
+    must not bind one thread axis on nested loops of different extents (``nested_thread_bindings``: TVM accepts it,
+    the kernel leaves outputs unwritten).  The end-of-script check of the constraint, and how a cut attempt is
+    finished."""
+    from tvm import s_tir
+
     from little_dragon.codec.validity import check_module_script
 
     try:
-        return check_module_script(text, mod, post_context).valid
-    except Exception:  # noqa: BLE001 - any failure of the derivation: not finished
-        return False
+        sch = s_tir.Schedule(mod)
+        verdict = check_module_script(text, mod, post_context, schedule=sch)
+        if not verdict.valid:
+            return verdict.error
+        clash = nested_thread_bindings(sch)
+    except Exception as e:  # noqa: BLE001 - any failure of the derivation: not finished, and why
+        return f"{type(e).__name__}: {str(e).strip()[:300]}"
+    return f"nested thread binding: {clash[0]}" if clash else ""
 
 
 # ------------------------------------------------------------------------------------ in the worker
@@ -151,7 +164,7 @@ def _finish_task(key: Any, mod_json: str | None, target: str, text: str) -> tupl
         from little_dragon.codec import PostprocContext
 
         _CONTEXTS[key] = PostprocContext(mod, target)
-    return ("ok", finish_valid(mod, _CONTEXTS[key], text))
+    return ("ok", finish_check(mod, _CONTEXTS[key], text))
 
 
 def _warm_task() -> tuple:
@@ -199,7 +212,8 @@ class ScheduleWorker:
         APPLIED.update(applied)
         return state
 
-    def finish_valid(self, key: Any, mod: Any, target: str, text: str) -> bool:
+    def finish_check(self, key: Any, mod: Any, target: str, text: str) -> str:
+        """``finish_check`` in the worker: why ``text`` is not a finished kernel, "" when it is."""
         return self._call(key, mod, text, lambda mj: (_finish_task, key, mj, target, text))
 
     def clear(self) -> None:

@@ -41,6 +41,7 @@ class ConstrainedValiditySampler:
                                    hook=logits_processor_factory(tokenizer))
         self.stats = res.stats
         log.info("constrained validity pass: %d attempts, %d lines checked, %d rejected at a line check, "
-                 "%d cut at the token budget, %.1f s", len(prompts), res.stats.lines,
-                 res.stats.rejected_apply + res.stats.rejected_decode, res.stats.truncated, res.first_seconds)
+                 "%d at the end-of-script check, %d cut at the token budget, %.1f s", len(prompts), res.stats.lines,
+                 res.stats.rejected_apply + res.stats.rejected_decode, res.stats.rejected_end, res.stats.truncated,
+                 res.first_seconds)
         return [attempts[0] for attempts in res.first_scripts]

@@ -1,0 +1,143 @@
+"""The constraint's end-of-script check (issue 16: a rule that cannot be checked while decoding is checked at the end,
+the attempt rejected and resampled, counted): at `post *` the target's post-processors run (on CUDA they end in
+VerifyGPUCode, whose limits depend on the whole schedule: 18 of the H200 sealed run's 192 constrained attempts), and
+the finished kernel may not bind one thread axis on nested loops of different extents (the post-processing's
+RewriteUnboundBlock made one such kernel in that run: a wrong result).  Every real record passes it: the real-records
+tests feed each committed record's `post *` form through the constraint, end check included.
+
+Real parts only: TVM's post-processors for the committed CUDA records' target, the codec, llguidance, SmolLM2's
+tokenizer; the constraint's TVM work in its worker process and in-process.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from dragon_testkit import CODEC_DATA, feed_constraint, kept_what_it_checked, prim_module, real_records, tvm_accepts
+
+# 4096 outputs fused, split into blocks of THREADS threads: over the target's 1024 threads per block VerifyGPUCode
+# refuses the kernel; every line applies
+MATMUL = "blk C\nloops b0 3\nfuse l0 l1\nsplit l3 _ {threads}\nbind l4 bx\nbind l5 tx\npost *\n"
+# the model's script of the sealed wrong result, on a row sum of the same kind (512 x 256): `bind l4 bx` on the
+# fused loop of `out`; `post *`'s RewriteUnboundBlock then binds the loop of `sum` computed at it to blockIdx.x too
+ROW_SUM = """blk sum
+blk out
+blk root
+cons b0 1
+loops b3 1
+cat 4 8 16 32 64 128 256 512 = 2
+split l0 _ v0
+bind l2 tx
+at b0 l1
+scope b0 0 shared
+loops b0 3
+split l5 _ v0
+bind l7 tx
+ann b3 unroll cat unroll_gpu = 2
+loops b2 0
+fuse l1
+bind l4 bx
+post *
+"""
+
+
+def _cuda_target() -> str:
+    target = next(iter(real_records(CODEC_DATA / "real_cuda_db")))[2]
+    return target if isinstance(target, str) else json.dumps(target)
+
+
+def _row_sum_module():
+    from tvm import te
+
+    a = te.placeholder((512, 256), "float32", name="A")
+    k = te.reduce_axis((0, 256), name="k")
+    s = te.compute((512,), lambda i: te.sum(a[i, k], axis=k), name="sum")
+    return prim_module([a, te.compute((512,), lambda i: s[i] / 256.0, name="out")])
+
+
+@pytest.fixture(params=[True, False], ids=["worker", "in-process"])
+def isolate(request):
+    from little_dragon.generation import constrained
+
+    before = constrained.ISOLATE_TVM
+    constrained.ISOLATE_TVM = request.param
+    constrained.clear_caches()
+    yield request.param
+    constrained.ISOLATE_TVM = before
+
+
+def test_verify_gpu_code_is_checked_at_the_end(engine, smollm2, isolate):
+    """Every token of a script whose blocks have 2048 threads is allowed (the tile is legal while written); at `post *`
+    the attempt is rejected with VerifyGPUCode's verdict, counted, and keeps its `post *` (the judge's verdict on it
+    is the one given here).  The same script with 256 threads passes and may end."""
+    from dragon_testkit import matmul_tensors
+
+    from little_dragon.codec import PostprocContext
+    from little_dragon.codec.validity import check_module_script
+    from little_dragon.generation.constrained import Workload
+
+    mod, target = prim_module(matmul_tensors(64)), _cuda_target()
+    wl = Workload(mod, target)
+    too_many = MATMUL.format(threads=2048)
+    where, c = feed_constraint(engine, wl, smollm2, too_many)
+    assert where is None, where
+    assert c.dead and c.error.startswith("post:") and "VerifyGPUCode" in c.error, c.error
+    assert (c.stats.end_checked, c.stats.rejected_end, c.stats.rejected_apply) == (1, 1, 0)
+    assert c.eos_only() and kept_what_it_checked(c.script(too_many), c) and c.script(too_many) == too_many
+    judge = check_module_script(too_many, mod, PostprocContext(mod, target))
+    assert not judge.valid and "VerifyGPUCode" in judge.error  # the same verdict the evaluator gives
+    assert tvm_accepts(mod, too_many.replace("post *\n", ""))  # every line applies: only the end can know
+
+    fits = MATMUL.format(threads=256)
+    where, c = feed_constraint(engine, wl, smollm2, fits)
+    assert where is None and not c.dead, (where, c.error)
+    assert (c.stats.end_checked, c.stats.rejected_end) == (1, 0)
+    assert c.may_end()
+
+
+def test_a_nested_binding_made_by_the_post_processing_is_rejected(engine, smollm2, isolate):
+    """The sealed run's post-processing case: every line is allowed and applies, TVM's post-processors accept the
+    script (the codec's validity says valid), and the finished kernel binds blockIdx.x on a loop inside another
+    blockIdx.x loop of another extent.  The end check rejects it, naming the loop."""
+    from little_dragon.codec import PostprocContext
+    from little_dragon.codec.validity import check_module_script
+    from little_dragon.generation.constrained import Workload
+
+    mod, target = _row_sum_module(), _cuda_target()
+    assert check_module_script(ROW_SUM, mod, PostprocContext(mod, target)).valid  # TVM alone accepts it
+    where, c = feed_constraint(engine, Workload(mod, target), smollm2, ROW_SUM)
+    assert where is None, where
+    assert c.dead and c.error.startswith("post: nested thread binding") and "blockIdx.x" in c.error, c.error
+    assert c.stats.rejected_end == 1 and c.script(ROW_SUM) == ROW_SUM
+
+
+def test_nested_thread_bindings_reads_the_kernel():
+    """``nested_thread_bindings`` on scheduled kernels: one thread axis on nested loops of different extents is named
+    (both loops); different axes are not; nor are the committed CUDA records' finished kernels, whose cooperative
+    fetches bind threadIdx.y inside the block's own threadIdx.y loop at the same extent."""
+    from dragon_testkit import matmul_tensors
+    from tvm import s_tir
+
+    from little_dragon.codec import PostprocContext, apply, encode
+    from little_dragon.generation.constrain_state import nested_thread_bindings
+    from little_dragon.tvmx.build import import_tensor_intrinsics
+
+    def bound(outer: str, inner: str) -> list[str]:
+        sch = s_tir.Schedule(prim_module(matmul_tensors(64)))
+        i, j, _ = sch.get_loops(sch.get_sblock("C"))
+        io, _ = sch.split(i, [None, 4])
+        sch.bind(io, outer)
+        sch.bind(j, inner)
+        return nested_thread_bindings(sch)
+
+    clash = bound("threadIdx.x", "threadIdx.x")  # extents 16 and 64
+    assert len(clash) == 2 and all("threadIdx.x" in c for c in clash), clash
+    assert bound("blockIdx.x", "threadIdx.x") == [] and bound("threadIdx.y", "threadIdx.x") == []
+    import_tensor_intrinsics()  # the records tensorize
+    n = 0
+    for _, mod, target, tj in real_records(CODEC_DATA / "real_cuda_db"):
+        sch = s_tir.Schedule(mod)
+        apply(encode(tj), sch, PostprocContext(mod, target))
+        assert nested_thread_bindings(sch) == []
+        n += 1
+    assert n >= 2
