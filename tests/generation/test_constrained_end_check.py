@@ -1,8 +1,9 @@
 """The constraint's end-of-script check (issue 16: a rule that cannot be checked while decoding is checked at the end,
 the attempt rejected and resampled, counted): at `post *` the target's post-processors run (on CUDA they end in
 VerifyGPUCode, whose limits depend on the whole schedule: 18 of the H200 sealed run's 192 constrained attempts), and
-the finished kernel may not bind one thread axis on nested loops of different extents (the post-processing's
-RewriteUnboundBlock made one such kernel in that run: a wrong result).  Every real record passes it: the real-records
+the finished kernel must change the kernel (no no_op), may not bind one thread axis on nested loops of different
+extents (the post-processing's RewriteUnboundBlock made one such kernel in that run: a wrong result), and must lower
+for the target (10 of that run's 13 build errors fail there).  Every real record passes it: the real-records
 tests feed each committed record's `post *` form through the constraint, end check included.
 
 Real parts only: TVM's post-processors for the committed CUDA records' target, the codec, llguidance, SmolLM2's
@@ -40,6 +41,27 @@ bind l4 bx
 post *
 """
 
+# the sealed run's build error "Cannot insert syncs inside condition" (a dense + bias + GELU kernel), on a dense + bias
+# + ReLU of the same shape kind: `at b0 l1` computes the matmul at a loop of an imperfect split, its shared cache read
+# then needs a barrier inside that split's predicate; the post-processors accept it, ThreadSync's lowering does not
+DENSE_RELU = """blk matmul
+blk out
+blk root
+cons b0 1
+loops b3 2
+cat 4 8 16 32 64 128 256 512 = 2
+split l0 _ v0
+bind l2 tx
+at b0 l1
+scope b0 0 shared
+loops b0 6
+fuse l5 l6
+split l8 _ v0
+bind l10 bx
+bind l11 vx
+post *
+"""
+
 
 def _cuda_target() -> str:
     target = next(iter(real_records(CODEC_DATA / "real_cuda_db")))[2]
@@ -53,6 +75,18 @@ def _row_sum_module():
     k = te.reduce_axis((0, 256), name="k")
     s = te.compute((512,), lambda i: te.sum(a[i, k], axis=k), name="sum")
     return prim_module([a, te.compute((512,), lambda i: s[i] / 256.0, name="out")])
+
+
+def _dense_relu_module():
+    from tvm import te, tirx
+
+    a = te.placeholder((64, 64), "float32", name="A")
+    w = te.placeholder((128, 64), "float32", name="B")
+    bias = te.placeholder((128,), "float32", name="bias")
+    k = te.reduce_axis((0, 64), name="k")
+    mm = te.compute((64, 128), lambda i, j: te.sum(a[i, k] * w[j, k], axis=k), name="matmul")
+    out = te.compute((64, 128), lambda i, j: te.max(mm[i, j] + bias[j], tirx.const(0, "float32")), name="out")
+    return prim_module([a, w, bias, out])
 
 
 @pytest.fixture(params=[True, False], ids=["worker", "in-process"])
@@ -111,16 +145,67 @@ def test_a_nested_binding_made_by_the_post_processing_is_rejected(engine, smollm
     assert c.stats.rejected_end == 1 and c.script(ROW_SUM) == ROW_SUM
 
 
+def test_a_kernel_that_does_not_lower_is_rejected(engine, smollm2, isolate):
+    """Every line is allowed and applies, the post-processors accept the script; the target's lowering refuses it
+    (no compiler needed: this runs on the CPU box).  Rejected at `post *` with TVM's message."""
+    from little_dragon.codec import PostprocContext
+    from little_dragon.codec.validity import check_module_script
+    from little_dragon.generation.constrained import Workload
+
+    mod, target = _dense_relu_module(), _cuda_target()
+    assert check_module_script(DENSE_RELU, mod, PostprocContext(mod, target)).valid
+    where, c = feed_constraint(engine, Workload(mod, target), smollm2, DENSE_RELU)
+    assert where is None, where
+    assert c.dead and c.error.startswith("post: lowering") and "Cannot insert syncs" in c.error, c.error
+    assert c.stats.rejected_end == 1
+
+
+def test_a_script_that_schedules_nothing_is_rejected(engine, smollm2, isolate):
+    """Only block and loop lookups, then `post *`: TVM applies it and its post-processors bind the kernel, but the
+    script itself changes nothing (the evaluator's no_op, never rewarded).  Rejected at the end, so it is resampled."""
+    from dragon_testkit import matmul_tensors
+
+    from little_dragon.codec import PostprocContext
+    from little_dragon.codec.validity import check_module_script
+    from little_dragon.generation.constrained import Workload
+
+    mod, target = prim_module(matmul_tensors(64)), _cuda_target()
+    nothing = "blk C\nloops b0 3\npost *\n"
+    assert check_module_script(nothing, mod, PostprocContext(mod, target)).valid
+    where, c = feed_constraint(engine, Workload(mod, target), smollm2, nothing)
+    assert where is None, where
+    assert c.dead and c.error.startswith("post: no_op"), c.error
+
+
+def test_lower_for_target_gives_the_builds_verdict():
+    """``lower_for_target`` raises the error the H200 build gave for that kernel (the TIR passes', before any code
+    generation: no CUDA compiler on this machine); the same kernel for llvm lowers."""
+    from tvm import s_tir
+
+    from little_dragon.codec import PostprocContext, apply
+    from little_dragon.tvmx.build import lower_for_target
+    from little_dragon.tvmx.postprocs import as_target
+
+    mod, target = _dense_relu_module(), _cuda_target()
+    sch = s_tir.Schedule(mod)
+    apply(DENSE_RELU, sch, PostprocContext(mod, target))
+    with pytest.raises(Exception, match="Cannot insert syncs inside condition"):
+        lower_for_target(sch.mod, as_target(target))
+    lower_for_target(mod, as_target('{"kind": "llvm", "num-cores": 2}'))
+
+
 def test_nested_thread_bindings_reads_the_kernel():
     """``nested_thread_bindings`` on scheduled kernels: one thread axis on nested loops of different extents is named
     (both loops); different axes are not; nor are the committed CUDA records' finished kernels, whose cooperative
-    fetches bind threadIdx.y inside the block's own threadIdx.y loop at the same extent."""
+    fetches bind threadIdx.y inside the block's own threadIdx.y loop at the same extent.  And ``lower_for_target``
+    agrees with MetaSchedule's builder on them: the measured records lower, the ones whose build failed do not."""
     from dragon_testkit import matmul_tensors
     from tvm import s_tir
 
     from little_dragon.codec import PostprocContext, apply, encode
     from little_dragon.generation.constrain_state import nested_thread_bindings
-    from little_dragon.tvmx.build import import_tensor_intrinsics
+    from little_dragon.tvmx.build import import_tensor_intrinsics, lower_for_target
+    from little_dragon.tvmx.postprocs import as_target
 
     def bound(outer: str, inner: str) -> list[str]:
         sch = s_tir.Schedule(prim_module(matmul_tensors(64)))
@@ -135,9 +220,15 @@ def test_nested_thread_bindings_reads_the_kernel():
     assert bound("blockIdx.x", "threadIdx.x") == [] and bound("threadIdx.y", "threadIdx.x") == []
     import_tensor_intrinsics()  # the records tensorize
     n = 0
-    for _, mod, target, tj in real_records(CODEC_DATA / "real_cuda_db"):
-        sch = s_tir.Schedule(mod)
-        apply(encode(tj), sch, PostprocContext(mod, target))
-        assert nested_thread_bindings(sch) == []
-        n += 1
-    assert n >= 2
+    for db, built in (("real_cuda_valid_db", True), ("real_cuda_db", False)):
+        for _, mod, target, tj in real_records(CODEC_DATA / db):
+            sch = s_tir.Schedule(mod)
+            apply(encode(tj), sch, PostprocContext(mod, target))
+            assert nested_thread_bindings(sch) == []
+            if built:  # MetaSchedule built and ran it: the end check's lowering accepts it
+                lower_for_target(sch.mod, as_target(target))
+            else:  # stored with run_secs 1e10, its build failed in tuning: the lowering refuses it likewise
+                with pytest.raises(Exception, match="tvm_access_ptr element type"):
+                    lower_for_target(sch.mod, as_target(target))
+            n += 1
+    assert n >= 5

@@ -16,7 +16,8 @@ def _prefixes():
     from little_dragon.codec import encode
     from little_dragon.codec.roundtrip import read_database
 
-    dbs = [sorted((CODEC_DATA / "real_llvm_db").iterdir())[0], CODEC_DATA / "real_cuda_db"]
+    # the CUDA record MetaSchedule built and ran (a finished cut must also lower: the end check's rule)
+    dbs = [sorted((CODEC_DATA / "real_llvm_db").iterdir())[0], CODEC_DATA / "real_cuda_valid_db"]
     for db in dbs:
         name, mod, recs = next(read_database(db))
         lines = encode(recs[0][1]).splitlines()

@@ -42,13 +42,14 @@ def smollm2_517(token_counter):
 
 @pytest.fixture(scope="module")
 def cuda_record():
-    """(prompt, script) of the first record of the committed real CUDA tensor-core database: the prompt
-    as the datasets write it, the script as the model writes it (``post *``)."""
+    """(prompt, script) of the first record of the committed real CUDA tensor-core database of measured records
+    (MetaSchedule built and ran it: the constraint's end check passes it): the prompt as the datasets write it, the
+    script as the model writes it (``post *``)."""
     from little_dragon import codec
     from little_dragon.codec.roundtrip import read_database
     from little_dragon.datasets.prompts import construction_prompt
 
-    name, mod, recs = next(iter(read_database(CODEC_DATA / "real_cuda_db")))
+    name, mod, recs = next(iter(read_database(CODEC_DATA / "real_cuda_valid_db")))
     _, trace_json, target = recs[0]
     lines = codec.encode(trace_json).splitlines()
     script = "\n".join(lines[:lines.index("post")] + ["post *"]) + "\n" if "post" in lines else "\n".join(lines) + "\n"

@@ -104,25 +104,53 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
 
 
 def finish_check(mod: Any, post_context: Any, text: str) -> str:
-    """Why ``text`` (a script ending in ``post *``) is not a finished kernel of ``mod``; "" when it is.  It must
-    decode, apply, and pass the target's post-processing (on CUDA that ends in VerifyGPUCode: threads per block,
-    shared memory, vector width, which no line's check can know while the tile is being written), and the kernel
-    must not bind one thread axis on nested loops of different extents (``nested_thread_bindings``: TVM accepts it,
-    the kernel leaves outputs unwritten).  The end-of-script check of the constraint, and how a cut attempt is
-    finished."""
+    """Why ``text`` (a script ending in ``post *``) is not a finished kernel of ``mod``; "" when it is: the
+    constraint's end-of-script check, and how a cut attempt is finished.  The script must
+
+    - decode, apply, and pass the target's post-processing (on CUDA it ends in VerifyGPUCode: threads per block,
+      shared memory, vector width, which no line's check can know while a tile is being written);
+    - change the kernel before its post-processing (else it is the evaluator's ``no_op``);
+    - not bind one thread axis on nested loops of different extents (``nested_thread_bindings``: TVM accepts it,
+      the kernel leaves outputs unwritten);
+    - lower for the target (``tvmx.build.lower_for_target``: the build's passes without code generation; on the
+      H200 sealed run 10 of 13 build errors failed there, at ~10 ms a script)."""
     from tvm import s_tir
 
     from little_dragon.codec.validity import check_module_script
+    from little_dragon.tvmx.build import lower_for_target
+    from little_dragon.tvmx.postprocs import as_target
 
     try:
         sch = s_tir.Schedule(mod)
         verdict = check_module_script(text, mod, post_context, schedule=sch)
         if not verdict.valid:
             return verdict.error
+        if _schedules_nothing(mod, post_context, text):
+            return "no_op: the script schedules nothing: the kernel is unchanged by its instructions"
         clash = nested_thread_bindings(sch)
+        if clash:
+            return f"nested thread binding: {clash[0]}"
     except Exception as e:  # noqa: BLE001 - any failure of the derivation: not finished, and why
         return f"{type(e).__name__}: {str(e).strip()[:300]}"
-    return f"nested thread binding: {clash[0]}" if clash else ""
+    try:
+        lower_for_target(sch.mod, as_target(post_context.target))
+    except Exception as e:  # noqa: BLE001 - TVM's lowering passes raise several error types
+        lines = str(e).strip().splitlines()
+        return f"lowering: {type(e).__name__}: {lines[-1][:300] if lines else ''}"
+    return ""
+
+
+def _schedules_nothing(mod: Any, post_context: Any, text: str) -> bool:
+    """Whether the lines before ``text``'s last (its ``post *``) leave ``mod`` unchanged: the evaluator's ``no_op``
+    (``evaluator.replay``), a failure the judge never rewards, so the constraint resamples it."""
+    import tvm_ffi
+    from tvm import s_tir
+
+    from little_dragon.codec import apply
+
+    sch = s_tir.Schedule(mod)
+    apply(text[:text.rstrip("\n").rfind("\n") + 1], sch, post_context)
+    return bool(tvm_ffi.structural_equal(sch.mod, mod))
 
 
 # ------------------------------------------------------------------------------------ in the worker

@@ -23,6 +23,34 @@ def fast_build(mod: Any, target: Any, _params: Any = None) -> Any:
     return tvm.tirx.build(mod, target=target)
 
 
+def lower_for_target(mod: Any, target: Any) -> None:
+    """``fast_build``'s steps up to code generation (``tvm.tirx.build``: the target bound, its default TIR pipeline,
+    the host/device split and both finalization passes), for their verdict: raises what those passes raise (TVM's
+    own checks, such as ThreadSync's "Cannot insert syncs inside condition" or an access pointer whose element type
+    does not match).  No compiler runs, so a CUDA kernel lowers on a machine without the CUDA toolkit; what only
+    nvcc refuses is left to the build."""
+    import tvm
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+    from tvm.tirx.build import split_host_device_mods
+    from tvm_ffi import DLDeviceType
+
+    target = tvm.target.Target(target)
+    if target.host is not None:
+        host = target.host
+    elif target.get_target_device_type() == DLDeviceType.kDLCPU:
+        host = target
+    else:
+        host = tvm.target.Target("llvm" if tvm.runtime.enabled("llvm") else "c")
+    target = target.with_host(host)
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    mod = tvm.tirx.transform.BindTarget(target)(mod)
+    pipeline, finalize_host, finalize_device = tvm.tirx.get_default_tir_pipeline(target)
+    host_mod, device_mods = split_host_device_mods(pipeline(mod))
+    finalize_host()(host_mod)
+    for device_mod in device_mods.values():
+        finalize_device()(device_mod)
+
+
 # A reused builder worker is recycled after this many builds: TVM restarts its builder pool at every call
 # "because of a known memory leak issue with the PopenPool workers after a couple times of usage"
 # (LocalBuilder.build); a recycled worker bounds that growth and costs one TVM import per 64 builds.
