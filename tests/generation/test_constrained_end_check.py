@@ -162,7 +162,8 @@ def test_a_kernel_that_does_not_lower_is_rejected(engine, smollm2, isolate):
 
 def test_a_script_that_schedules_nothing_is_rejected(engine, smollm2, isolate):
     """Only block and loop lookups, then `post *`: TVM applies it and its post-processors bind the kernel, but the
-    script itself changes nothing (the evaluator's no_op, never rewarded).  Rejected at the end, so it is resampled."""
+    script itself changes nothing (the evaluator's no_op, never rewarded).  Rejected at the end, so it is resampled.
+    So is a script of an annotation only that lowers to the empty script's code; a `par` is not a no-op."""
     from dragon_testkit import matmul_tensors
 
     from little_dragon.codec import PostprocContext
@@ -175,6 +176,14 @@ def test_a_script_that_schedules_nothing_is_rejected(engine, smollm2, isolate):
     where, c = feed_constraint(engine, Workload(mod, target), smollm2, nothing)
     assert where is None, where
     assert c.dead and c.error.startswith("post: no_op"), c.error
+    # the judge's other no-op (the CPU sealed run's): only an annotation, which lowers to the empty script's code
+    llvm = '{"kind": "llvm", "num-cores": 2}'
+    for script, refused in (('blk C\nann b0 tiling "SSRSRS"\npost *\n', True), ("blk C\nloops b0 3\npar l0\npost *\n", False)):
+        assert check_module_script(script, mod, PostprocContext(mod, llvm)).valid
+        where, c = feed_constraint(engine, Workload(mod, llvm), smollm2, script)
+        assert where is None, where
+        assert c.dead == refused, (script, c.error)
+        assert not refused or "lowers to the very code an empty script gives" in c.error, c.error
 
 
 def test_lower_for_target_gives_the_builds_verdict():

@@ -109,7 +109,8 @@ def finish_check(mod: Any, post_context: Any, text: str) -> str:
 
     - decode, apply, and pass the target's post-processing (on CUDA it ends in VerifyGPUCode: threads per block,
       shared memory, vector width, which no line's check can know while a tile is being written);
-    - change the kernel before its post-processing (else it is the evaluator's ``no_op``);
+    - change the kernel before its post-processing, and if it only looks up, samples and annotates, lower to other
+      code than the empty script (else it is the evaluator's ``no_op``);
     - not bind one thread axis on nested loops of different extents (``nested_thread_bindings``: TVM accepts it,
       the kernel leaves outputs unwritten);
     - lower for the target (``tvmx.build.lower_for_target``: the build's passes without code generation; on the
@@ -132,12 +133,39 @@ def finish_check(mod: Any, post_context: Any, text: str) -> str:
             return f"nested thread binding: {clash[0]}"
     except Exception as e:  # noqa: BLE001 - any failure of the derivation: not finished, and why
         return f"{type(e).__name__}: {str(e).strip()[:300]}"
+    target = as_target(post_context.target)
     try:
-        lower_for_target(sch.mod, as_target(post_context.target))
+        lowered = lower_for_target(sch.mod, target)
     except Exception as e:  # noqa: BLE001 - TVM's lowering passes raise several error types
         lines = str(e).strip().splitlines()
         return f"lowering: {type(e).__name__}: {lines[-1][:300] if lines else ''}"
+    if _lowers_as_empty(mod, post_context, text, lowered, target):
+        return "no_op: the script schedules nothing: it lowers to the very code an empty script gives"
     return ""
+
+
+def _lowers_as_empty(mod: Any, post_context: Any, text: str, lowered: tuple, target: Any) -> bool:
+    """The evaluator's other ``no_op``: a script of lookups, samples and annotations only (``transforms_anything``
+    false) whose kernel is the empty script's (the post-processors alone).  The judge compares generated code; equal
+    lowered modules (structurally) give equal code, so this refuses a subset of what the judge calls a no-op."""
+    import tvm_ffi
+    from tvm import s_tir
+
+    from little_dragon.codec import SyntaxOnlyContext, decode
+    from little_dragon.evaluator.replay import transforms_anything
+    from little_dragon.tvmx.build import lower_for_target
+    from little_dragon.tvmx.postprocs import run_postprocs
+
+    if transforms_anything(decode(text, SyntaxOnlyContext())):
+        return False
+    empty = s_tir.Schedule(mod, debug_mask=0)
+    try:
+        run_postprocs(empty, post_context.postprocs())
+        host, devices = lower_for_target(empty.mod, target)
+    except Exception:  # noqa: BLE001 - the post-processors or the lowering refuse the empty script: no kernel to compare
+        return False
+    return bool(tvm_ffi.structural_equal(host, lowered[0])) and len(devices) == len(lowered[1]) and all(
+        tvm_ffi.structural_equal(a, b) for a, b in zip(devices, lowered[1]))
 
 
 def _schedules_nothing(mod: Any, post_context: Any, text: str) -> bool:

@@ -23,12 +23,13 @@ def fast_build(mod: Any, target: Any, _params: Any = None) -> Any:
     return tvm.tirx.build(mod, target=target)
 
 
-def lower_for_target(mod: Any, target: Any) -> None:
+def lower_for_target(mod: Any, target: Any) -> tuple[Any, list]:
     """``fast_build``'s steps up to code generation (``tvm.tirx.build``: the target bound, its default TIR pipeline,
     the host/device split and both finalization passes), for their verdict: raises what those passes raise (TVM's
     own checks, such as ThreadSync's "Cannot insert syncs inside condition" or an access pointer whose element type
     does not match).  No compiler runs, so a CUDA kernel lowers on a machine without the CUDA toolkit; what only
-    nvcc refuses is left to the build."""
+    nvcc refuses is left to the build.  Returns the finalized host module and device modules (what code generation
+    would compile)."""
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
     from tvm.tirx.build import split_host_device_mods
@@ -46,9 +47,7 @@ def lower_for_target(mod: Any, target: Any) -> None:
     mod = tvm.tirx.transform.BindTarget(target)(mod)
     pipeline, finalize_host, finalize_device = tvm.tirx.get_default_tir_pipeline(target)
     host_mod, device_mods = split_host_device_mods(pipeline(mod))
-    finalize_host()(host_mod)
-    for device_mod in device_mods.values():
-        finalize_device()(device_mod)
+    return finalize_host()(host_mod), [finalize_device()(m) for m in device_mods.values()]
 
 
 # A reused builder worker is recycled after this many builds: TVM restarts its builder pool at every call
