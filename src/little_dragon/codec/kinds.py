@@ -264,3 +264,15 @@ def kinds_table() -> list[dict[str, Any]]:
         rows.append({"kind": name, "pure": bool(ik.is_pure), "mnemonic": spec.mnemonic if spec else None,
                      "doc": spec.doc if spec else "not supported: encode raises EncodeError"})
     return rows
+
+
+# instructions that look things up, sample or annotate: a script of only these transforms no loop or block (the
+# judge's no-op test, evaluator.worker, and the constraint's end check, generation.schedule_worker)
+QUERY_KINDS = frozenset({"GetSBlock", "GetLoops", "GetChildBlocks", "GetProducers", "GetConsumers",
+                         "GetOutputBlocks", "SampleCategorical", "SamplePerfectTile", "SamplePartitionedTile",
+                         "SampleComputeLocation", "Annotate", "Unannotate", "EnterPostproc"})
+
+
+def transforms_anything(trace_json: list) -> bool:
+    """Whether a trace (JSON) has an instruction other than lookups, samples and annotations."""
+    return any(inst[0] not in QUERY_KINDS for inst in trace_json[0])

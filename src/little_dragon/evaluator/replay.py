@@ -39,14 +39,6 @@ class Replayed:
     layout_rewrite: bool       # holds a layout-rewrite pre-processing block (built two ways, see worker)
 
 
-# instructions that look things up, sample or annotate: a script of only these transforms no loop or block
-QUERY_KINDS = frozenset({"GetSBlock", "GetLoops", "GetChildBlocks", "GetProducers", "GetConsumers",
-                         "GetOutputBlocks", "SampleCategorical", "SamplePerfectTile", "SamplePartitionedTile",
-                         "SampleComputeLocation", "Annotate", "Unannotate", "EnterPostproc"})
-
-
-def transforms_anything(trace_json: list) -> bool:
-    return any(inst[0] not in QUERY_KINDS for inst in trace_json[0])
 
 
 def code_hash(rt_mod: Any) -> str:

@@ -178,8 +178,9 @@ def _evaluate(task: dict) -> dict:
 
     from little_dragon.evaluator import numerics
     from little_dragon.evaluator.outcome import CHECKED_ONLY
+    from little_dragon.codec.kinds import transforms_anything
     from little_dragon.evaluator.replay import (LAYOUT_REWRITE_NOTE, NO_OP_CODE, ReplayFailure, code_hash, replay,
-                                                timing_args_info, transforms_anything)
+                                                timing_args_info)
     from little_dragon.tvmx import timing
     from little_dragon.tvmx.build import fast_build
     from little_dragon.tvmx.postprocs import needs_tensor_intrinsics

@@ -20,9 +20,10 @@ How (results/constrained-decoding.md has the library comparison and the A/B):
   dead schedule); the attempt counts as rejected (``ConstraintStats``) and ``generate_constrained``
   resamples it, up to ``max_resamples`` times, counting every resample.
 - **Checked at the end of the script**: ``post *`` runs the target's post-processors (on CUDA ending in
-  VerifyGPUCode: threads per block, shared memory, vector width depend on the whole schedule) and the finished
-  kernel must not bind one thread axis on nested loops of different extents; a script that fails is rejected
-  like a line that does not apply (``rejected_end``, resampled: ``schedule_worker.finish_check``).
+  VerifyGPUCode: threads per block, shared memory, vector width depend on the whole schedule); the script must
+  change the kernel (the judge's two no-op rules), bind no thread axis on nested loops of different extents, and
+  lower for the target (the build's TIR passes); a script that fails is rejected like a line that does not apply
+  (``rejected_end``, resampled: ``schedule_worker.finish_check``).
 - **TVM runs in a worker process** (``schedule_worker``: the sandbox's pebble worker): a primitive that crashes
   or hangs on a line (TVM's Fuse segfaults on ``pui=_``) ends that attempt as a line that does not apply, and the
   next line gets a new worker; the run goes on.
@@ -115,7 +116,7 @@ class ConstraintStats:
     lines: int = 0                 # lines completed and checked
     rejected_decode: int = 0       # a line the grammar allowed but the codec did not decode (should be 0)
     rejected_apply: int = 0        # a line that decoded but did not apply (checked at line end)
-    rejected_end: int = 0          # a script whose `post *` failed (post-processing, VerifyGPUCode, nested binding)
+    rejected_end: int = 0          # a script refused at `post *` (post-processing, no-op, nested binding, lowering)
     end_checked: int = 0           # scripts checked at `post *`
     resampled: int = 0             # attempts generated again after a rejection (generate_constrained)
     truncated: int = 0             # attempts that hit the token budget mid-line (their complete lines kept)

@@ -145,14 +145,15 @@ def finish_check(mod: Any, post_context: Any, text: str) -> str:
 
 
 def _lowers_as_empty(mod: Any, post_context: Any, text: str, lowered: tuple, target: Any) -> bool:
-    """The evaluator's other ``no_op``: a script of lookups, samples and annotations only (``transforms_anything``
-    false) whose kernel is the empty script's (the post-processors alone).  The judge compares generated code; equal
-    lowered modules (structurally) give equal code, so this refuses a subset of what the judge calls a no-op."""
+    """The evaluator's other ``no_op``: a script of lookups, samples and annotations only
+    (``codec.kinds.transforms_anything`` false) whose kernel is the empty script's (the post-processors alone).
+    The judge compares generated code; equal lowered modules (structurally) give equal code, so this refuses a
+    subset of what the judge calls a no-op."""
     import tvm_ffi
     from tvm import s_tir
 
     from little_dragon.codec import SyntaxOnlyContext, decode
-    from little_dragon.evaluator.replay import transforms_anything
+    from little_dragon.codec.kinds import transforms_anything
     from little_dragon.tvmx.build import lower_for_target
     from little_dragon.tvmx.postprocs import run_postprocs
 
