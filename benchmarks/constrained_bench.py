@@ -359,8 +359,10 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
     else:
         mod = constrained_module(rev or None)
         _clear_caches(mod, tok)
-        engine = mod.engine_for(tok)
-        work0 = getattr(engine, "compile_work_s", None)
+        # (named apart from ``engine``, the cache implementation: one name for both sent every +shared_prefix arm of
+        # sessions 8-12 through generate, since cache_implementation was then the TokenEngine, not "shared_prefix")
+        tokens = mod.engine_for(tok)
+        work0 = getattr(tokens, "compile_work_s", None)
         torch.manual_seed(args.seed)
         timer.calls.clear()
         knobs = [_knob(m) for m in modes if m != "shared_prefix"]
@@ -380,7 +382,7 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
         extra_s = res.seconds - res.first_seconds
         extra = {"stats": res.stats.as_dict(), "resample_s": extra_s, "generated": getattr(res, "first_generated", None),
                  "first_pass_rejected": sum(not ok for oks in res.first_ok for ok in oks),
-                 "compile_work_s": None if work0 is None else engine.compile_work_s - work0,
+                 "compile_work_s": None if work0 is None else tokens.compile_work_s - work0,
                  # the first pass's generate calls: the same batching as the free arm's (sample_scripts)
                  **timer.first(-(-len(prompts) // max(1, args.batch_size // args.k)))}
     return {"first": first, "final": final, "gen_s": gen_s, **extra}
@@ -389,12 +391,14 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
 def _knob(mode: str) -> tuple[str, Any]:
     """An arm's ``+mode``: the constrained module's setting it stands for.  +bg / +fg: the step's work beside the
     forward pass or not (BACKGROUND); +threads / +inline: line grammars compiled in worker threads or inline
-    (COMPILE_THREADS; code older than it has none)."""
+    (COMPILE_THREADS; code older than it has none); +checked / +masked: the shared-prefix engine draws first and
+    masks only refused draws, or masks every step (SAMPLE_FIRST)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
-             "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False)}
+             "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
+             "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False)}
     if mode in fixed:
         return fixed[mode]
-    raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, shared_prefix)")
+    raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, shared_prefix)")
 
 
 def _score(rows: list[dict[str, Any]], attempts: list[list[str]], tok: Any, evaluate: bool) -> dict[str, Any]:

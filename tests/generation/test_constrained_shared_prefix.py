@@ -263,3 +263,93 @@ def test_local_generator_runs_constrained_on_the_shared_prefix_engine(setup):
     with pytest.raises(ValueError, match="continuous"):
         LocalGenerator(None, dataclasses.replace(cfg, cache_implementation="continuous"), model=model,
                        tokenizer=tok).generate(prompts[:1], 2)
+
+
+def _first_step(model, tok, prompt, n):
+    """The model's logits of ``prompt``'s first new token, as the engine's first step has them: ``(1, n, V)``."""
+    import torch
+
+    p = tok(prompt, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([p])).logits[0, -1].float()
+    return logits[None, None, :].expand(1, n, -1)
+
+
+def test_checked_draws_sample_the_masked_distribution(setup):
+    """The engine's draw-then-check sampling (``SAMPLE_FIRST``: a draw from the model kept when the constraint allows
+    it, the attempt masked and drawn again when not) samples the masked, renormalised distribution: 4000 attempts of
+    one prompt at its first step, the model's logits shifted so that the forbidden tokens hold half its mass (about
+    half the draws are refused); every token's frequency is within 5 sigma of its masked probability, none is forbidden, and
+    both branches ran.  Greedy, it picks the masked argmax."""
+    import torch
+
+    from little_dragon.generation import constrained
+    from little_dragon.generation.shared_prefix import _checked_sample
+
+    model, tok, prompts = setup
+    n = 4000
+    hook = constrained.ConstrainedDecoding(tok)
+    proc = hook.attempt_processor(prompts[:1], n)
+    assert proc.sample_first(torch.device("cpu"))
+    eng = constrained.engine_for(tok)
+    bits = constrained.allocate_bitmask(1, eng.vocab_size)
+    constrained.ScriptConstraint(eng, constrained.workload_of_prompt(prompts[0])).fill_mask(bits, 0)
+    logits = _first_step(model, tok, prompts[0], n).clone()
+    allowed = constrained.unpack_bitmask(bits, logits.shape[-1])[0]
+    forbidden = (~allowed).nonzero().flatten()[:50]
+    row = logits[0, 0]  # the model puts as much mass on the forbidden tokens as on the allowed ones
+    logits[..., allowed] += float(torch.logsumexp(row[~allowed], 0) - torch.logsumexp(row[allowed], 0))
+    want = torch.softmax(logits[0, 0].masked_fill(~allowed, float("-inf")), -1)
+    ids_of = torch.arange(n)[None, :]
+    live = torch.ones((1, n), dtype=torch.bool)
+    tok_, lp = _checked_sample(proc, logits, ids_of, live, torch.zeros((1, n, 1), dtype=torch.long),
+                               torch.tensor([0]), 0, 1.0, torch.Generator().manual_seed(0))
+    stats = hook.stats
+    assert stats.checked == n and n // 4 < stats.check_refused < n - n // 4, stats.as_dict()
+    counts = torch.bincount(tok_[0], minlength=logits.shape[-1]).double() / n
+    assert counts[~allowed].sum() == 0
+    sigma = (want * (1 - want) / n).sqrt().double()
+    assert ((counts - want.double()).abs() <= 5 * sigma + 1e-9).all()
+    assert (want > 0.02).sum() >= 3  # a distribution, not one token
+    refused = torch.isfinite(lp[0])  # a kept draw's log-prob is NaN (its mask was never computed)
+    assert int(refused.sum()) == stats.check_refused
+    # greedy: the masked argmax, whether the model's argmax is allowed (kept) or forbidden (masked)
+    for boost in (0.0, 50.0):
+        g = _first_step(model, tok, prompts[0], 1).clone()
+        g[..., forbidden[0]] += boost
+        proc = hook.attempt_processor(prompts[:1], 1)
+        t, _ = _checked_sample(proc, g, torch.zeros((1, 1), dtype=torch.long), torch.ones((1, 1), dtype=torch.bool),
+                               torch.zeros((1, 1, 1), dtype=torch.long), torch.tensor([0]), 0, 0.0, None)
+        assert int(t[0, 0]) == int(g[0, 0].masked_fill(~allowed, float("-inf")).argmax())
+
+
+def test_checked_sampling_keeps_every_attempt_within_its_own_constraint(setup):
+    """Sampled on the engine with draw-then-check: every token of every attempt (its end included) is one a fresh
+    constraint of its own prompt allows, and each attempt's constraint holds what a fresh one fed its tokens holds;
+    most draws needed no mask, some were refused and drawn again from the mask."""
+    import torch
+
+    from little_dragon.generation import constrained
+    from little_dragon.generation.shared_prefix import sample_token_ids
+
+    model, tok, prompts = setup
+    k = 3
+    constrained.SAMPLE_FIRST = True
+    try:
+        hook = constrained.ConstrainedDecoding(tok)
+        proc = hook.attempt_processor(prompts, k)
+        out = sample_token_ids(model, tok, prompts, k, 48, 0.8, prompts_per_chunk=4, logits_processor=proc,
+                               generator=torch.Generator().manual_seed(0))
+    finally:
+        constrained.SAMPLE_FIRST = None
+    lines = 0
+    for p, attempts in enumerate(out.token_ids):
+        for j, new in enumerate(attempts):
+            c = proc.constraints[p * k + j]
+            ended = int(c.done)
+            assert _allowed_by_a_fresh_constraint(tok, prompts[p], new, ended) is None, (p, j)
+            _, fresh = _alone(model, tok, prompts[p], new, ended, 0.8)
+            assert (c.text, c.line, c.dead, c.done) == (fresh.text, fresh.line, fresh.dead, fresh.done), (p, j)
+            lines += c.text.count("\n")
+    st = hook.stats
+    assert lines > 0 and st.checked > 0 and 0 < st.check_refused < st.checked, st.as_dict()

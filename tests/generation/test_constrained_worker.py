@@ -93,3 +93,35 @@ def test_the_worker_gives_the_facts_and_refusals_of_this_process():
     with pytest.raises(RuntimeError) as there:
         worker().state(wl.key, mod, bad, constrained._decode(bad))
     assert str(there.value) == str(here.value) != "", here.value
+
+
+def test_a_steps_lines_in_one_request_give_the_same_answers(engine, smollm2):
+    """``ScheduleWorker.states`` (the lines a decoding step ends, one round trip: ``constrained.prefetch_states``)
+    answers each item as ``state`` does alone: the facts of real CUDA prefixes and TVM's refusal of a bad one.  A
+    batch holding TVM's real segfault (Fuse on ``pui=_``) crashes the worker; every item is then asked alone, so the
+    crash is that line's (``TVMCrashed`` naming it) and the other items still get their facts."""
+    from little_dragon.generation.constrained import _decode
+    from little_dragon.generation.schedule_worker import ScheduleWorker, TVMCrashed
+
+    prefixes = list(real_prefixes(DATA / "real_cuda_db", ("fuse", "bind", "tile"), limit=4))
+    _, mod, wl, head, _ = prefixes[0]
+    a, b = _fusable_pair(mod, head)
+    good = [(wl.key, mod, h, _decode(h)) for _, _, _, h, _ in prefixes]
+    refused = head + f"fuse l{b} l{a}\n"  # inner then outer: TVM's Fuse refuses it
+    crash = head + f"fuse l{a} l{b} pui=_\n"
+    w = ScheduleWorker()
+    try:
+        alone = [w.state(*item) for item in good]
+        with pytest.raises(RuntimeError) as why:
+            w.state(wl.key, mod, refused, _decode(refused))
+        w.clear()
+        got = w.states(good + [(wl.key, mod, refused, _decode(refused))])
+        assert [dataclasses.asdict(s) for s in got[:-1]] == [dataclasses.asdict(s) for s in alone]
+        assert isinstance(got[-1], RuntimeError) and str(got[-1]) == str(why.value)
+        crashes = w.crashed
+        got = w.states(good[:2] + [(wl.key, mod, crash, _decode(crash))])
+        assert w.crashed == crashes + 1
+        assert [dataclasses.asdict(s) for s in got[:2]] == [dataclasses.asdict(s) for s in alone[:2]]
+        assert isinstance(got[2], TVMCrashed) and f"`fuse l{a} l{b} pui=_`" in str(got[2]), got[2]
+    finally:
+        w.close()

@@ -24,6 +24,10 @@ How (results/constrained-decoding.md has the library comparison and the A/B):
   change the kernel (the judge's two no-op rules), bind no thread axis on nested loops of different extents, and
   lower for the target (the build's TIR passes); a script that fails is rejected like a line that does not apply
   (``rejected_end``, resampled: ``schedule_worker.finish_check``).
+- **Draw, then check** (``SAMPLE_FIRST``, the shared-prefix engine on a CPU): the engine draws from the model and
+  asks ``ScriptConstraint.allows`` (the mask's bit, from the grammars of the instruction kinds the line may be while
+  the whole line grammar is not compiled: ``grammar_line.LineKinds``); only a refused draw is masked and drawn again.
+  The same masked distribution; most steps compute no mask and compile no whole line grammar.
 - **TVM runs in a worker process** (``schedule_worker``: the sandbox's pebble worker): a primitive that crashes
   or hangs on a line (TVM's Fuse segfaults on ``pui=_``) ends that attempt as a line that does not apply, and the
   next line gets a new worker; the run goes on.
@@ -54,7 +58,7 @@ import time
 from typing import Any
 
 from little_dragon.generation.constrain_state import ScheduleState
-from little_dragon.generation.grammar_line import line_grammar, reorder_derivable, tiling_run
+from little_dragon.generation.grammar_line import line_grammar, line_kinds, reorder_derivable, tiling_run
 from little_dragon.generation.schedule_worker import _LIVE, LRU, finish_check, prefix_facts
 from little_dragon.generation.schedule_worker import worker as tvm_worker
 
@@ -127,6 +131,9 @@ class ConstraintStats:
     setup_s: float = 0.0           # making the attempts' constraints (first states; kernels sent to the worker)
     first_mask_s: float = 0.0      # from an engine call's start to its first masks (its cold start)
     wait_s: float = 0.0            # the decoding loop waiting for masks (shared-prefix engine)
+    checked: int = 0               # sampled tokens checked before any mask (``SAMPLE_FIRST``)
+    check_refused: int = 0         # of them refused: the attempt's mask computed and its token drawn again
+    check_s: float = 0.0           # time checking sampled tokens (kind grammars compiled on demand included)
     reasons: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def add_reason(self, reason: str) -> None:
@@ -161,6 +168,7 @@ class TokenEngine:
         self._lock = threading.Lock()
         self._bytes: dict[int, bytes] = {}
         self._ws_masks: dict[int, Any] = {}
+        self._ws_ok: list[bytes] | None = None
         self.compile_work_s = 0.0  # seconds spent compiling line grammars, all threads (not only waiting)
         # a line grammar is compiled once per line: not precomputing large lexemes makes that ~3x faster
         # (10 ms instead of 30 for SmolLM2's 49k vocabulary) and masks stay ~30 us
@@ -228,6 +236,15 @@ class TokenEngine:
             b = self._bytes[tok] = self.lltok.decode_bytes([tok])
         return b
 
+    def whitespace_ok(self, token: int, state: int) -> bool:
+        """``whitespace_masks``' bit of ``token`` in white-space state ``state`` (``WS_*``), without a tensor."""
+        if self._ws_ok is None:
+            words = (self.vocab_size + 31) // 32
+            bits = self.whitespace_masks(words)
+            self._ws_ok = [bytes(int((int(row[t // 32]) >> (t % 32)) & 1) for t in range(self.vocab_size))
+                           for row in bits.tolist()]
+        return token < self.vocab_size and bool(self._ws_ok[state][token])
+
     def whitespace_masks(self, words: int) -> Any:
         """``[3, words]`` int32 bitmasks (llguidance layout) of the tokens the canonical-white-space rule
         allows in each ``WS_*`` state of a line (``restrict_whitespace``); cached per width."""
@@ -271,6 +288,20 @@ BACKGROUND: bool | None = None
 # needs the cores: compile threads beside it were slower there (GIL hand-offs after every compile and torch op,
 # cores oversubscribed; results/constrained-decoding.md, session 7), so the compiles run inline in order.
 COMPILE_THREADS: bool | None = None
+
+
+# draw each attempt's token from the model first and compute its mask only when the constraint refuses that token
+# (``ScriptConstraint.allows``; the shared-prefix engine): the same masked distribution, and most steps need no mask
+# and no compile of a whole line grammar.  None = where the model runs on a CPU (there the masks and compiles are
+# the step's critical path; on an accelerator they run beside the forward pass: ``BACKGROUND``), True/False = always/never.
+SAMPLE_FIRST: bool | None = None
+
+
+def _sample_first(device: Any) -> bool:
+    """Whether the shared-prefix engine checks a drawn token before masking for a model on ``device``."""
+    if SAMPLE_FIRST is not None:
+        return SAMPLE_FIRST
+    return getattr(device, "type", "cpu") == "cpu"
 
 
 def _background(device: Any) -> bool:
@@ -388,6 +419,40 @@ def _workload_state(workload: Workload, text: str) -> ScheduleState:
     return tvm_worker().state(workload.key, workload.mod, text, _decode(text) if text else [[], []])
 
 
+def prefetch_states(constraints: list["ScriptConstraint"], tokens: list[int]) -> None:
+    """Before ``constraints[i].advance(tokens[i])``: the schedule facts of every line these tokens end, asked of the
+    worker in one request (``ScheduleWorker.states``) and cached where ``_state`` looks (``_STATES``).  A decoding
+    step ends a line in many attempts at once (the tiny model writes about a line a token); one request per line
+    cost a round trip each.  Only a cache: a line whose fact is not prefetched is asked alone, as before."""
+    if not ISOLATE_TVM:
+        return
+    items, keys = [], []
+    for c, tok in zip(constraints, tokens):
+        if c.done or c.dead or c.workload is None or c.finished or tok == c.engine.eos_id:
+            continue
+        b = c.engine.token_bytes(tok)
+        if b"\n" not in b:
+            continue
+        head = (c.line + b).partition(b"\n")[0]
+        line = head.decode("utf-8", errors="replace").rstrip("\r")
+        if not head.strip() or _DERIVED_POST.fullmatch(line.strip()):
+            continue
+        text = c.text + line + "\n"
+        key = (c.workload.key, text)
+        if key in keys or _STATES.get(key) is not None:
+            continue
+        try:
+            trace = _decode(text)
+        except Exception:  # noqa: BLE001 - the line's own check says so, in advance
+            continue
+        items.append((c.workload.key, c.workload.mod, text, trace))
+        keys.append(key)
+    if len(items) < 2:
+        return
+    for key, state in zip(keys, tvm_worker().states(items)):
+        _STATES.put(key, state)
+
+
 def clear_caches() -> None:
     """Forget every prefix's facts, here and in the worker (benchmarks: each timed arm starts cold)."""
     for cache in (_DECODED, _STATES):
@@ -465,6 +530,10 @@ class ScriptConstraint:
         self.pending: str | None = None  # the next line's grammar, until its matcher is compiled
         self.repaired: dict[int, tuple[str, str]] = {}  # line index -> (tile line as sampled, as TVM ran it)
         self._matcher: Any = None
+        self._line_tokens: list[int] = []  # the tokens the current line's matcher has consumed
+        self._kinds: Any = None            # the line's ``LineKinds`` (a sampled token checked by kind: ``allows``)
+        self._kind_matchers: dict[str, Any] | None = None  # kind -> its matcher, the kinds the line may still be
+        self._line_order: dict[str, Any] = {}  # the line grammar's order rules (``_order``), for its kinds
         self._new_line(first=True)
 
     @property
@@ -472,29 +541,40 @@ class ScriptConstraint:
         """The current line's llguidance matcher (compiled on first use unless ``prepare`` compiled it
         together with other attempts' grammars)."""
         if self.pending is not None:
-            g, self.pending = self.pending, None
-            self._matcher = self.engine.matchers([g], self.stats)[g].deep_copy()
+            g = self.pending
+            self.take_matcher(self.engine.matchers([g], self.stats)[g])
         return self._matcher
+
+    def take_matcher(self, compiled: Any) -> None:
+        """Use (a copy of) ``compiled``, the matcher of the pending line grammar, from here on: it consumes the
+        tokens the line has so far (the line was checked by kind until now: ``allows``)."""
+        m = compiled.deep_copy()
+        self._matcher, self.pending, self._kind_matchers = m, None, None
+        if self._line_tokens and not m.consume_tokens(self._line_tokens):  # the kinds' union is the line grammar:
+            self._kill("decode", f"the line grammar refuses what its kinds allowed: {m.get_error()}")  # never (tested)
 
     # -- line bookkeeping
     def _grammar(self, first: bool) -> str:
         if self.finished:
             return line_grammar(self.state, first=first, finished=True)
+        self._line_order = self._order()
+        return line_grammar(self.state, first=first, finished=False, **self._line_order)
+
+    def _order(self) -> dict[str, Any]:
+        """The order rules of the next line: `reorder *` only where the decoder derives it (right after the tile
+        lines of a `tiling` annotation's `loops`), and inside such a run each of those loops' `tile` line has as
+        many factors as the structure has S levels (R levels for a reduction loop); from the decoded prefix."""
         if not self.text:
-            return line_grammar(self.state, first=first, finished=False, reorder_derived=False)
-        # the order rules of a multi-level tiling, from the decoded prefix: `reorder *` only where the decoder
-        # derives it (right after the tile lines of a `tiling` annotation's `loops`), and inside such a run each
-        # of those loops' `tile` line has as many factors as the structure has S levels (R levels for a reduction loop)
+            return {"reorder_derived": False}
         decoded = _decoded(self.text)
         derived = reorder_derivable(decoded.trace)
         run = tiling_run(decoded.trace)
         if run is None:
-            return line_grammar(self.state, first=first, finished=False, reorder_derived=derived)
+            return {"reorder_derived": derived}
         counts, tvm_loops = run
         names = {tvm: mine for mine, tvm in decoded.defined.items()}
         loops = frozenset(int(names[t][1:]) for t in tvm_loops if t in names)
-        return line_grammar(self.state, first=first, finished=False, reorder_derived=derived,
-                            tile_counts=counts, tile_loops=loops)
+        return {"reorder_derived": derived, "tile_counts": counts, "tile_loops": loops}
 
     def _new_line(self, first: bool = False) -> None:
         t0 = time.perf_counter()
@@ -506,6 +586,7 @@ class ScriptConstraint:
                 return
         self.pending, self._matcher = self._grammar(first), None
         self.line = b""
+        self._line_tokens, self._kinds, self._kind_matchers = [], None, None
         self.stats.state_s += time.perf_counter() - t0
 
     def _state(self) -> ScheduleState:
@@ -547,6 +628,7 @@ class ScriptConstraint:
                     return
             self.pending, self._matcher = self._grammar(False), None
             self.line = b""
+            self._line_tokens, self._kinds, self._kind_matchers = [], None, None
             return
         try:
             insts = _decode(candidate)[0]
@@ -574,10 +656,19 @@ class ScriptConstraint:
             return
         if self.dead:
             return
-        if not self.matcher.consume_token(token):
+        b = self.engine.token_bytes(token)
+        if self.pending is not None and self._kind_matchers is not None:  # checked by kind (``allows``)
+            names = self._kind_candidates(self.line + b)
+            self._kind_matchers = {n: self._kind_matchers[n] for n in names
+                                   if self._kind_matchers[n].consume_token(token)}
+            if not self._kind_matchers:
+                self._kill("decode", f"token {token} not allowed: no instruction kind takes "
+                           f"{(self.line + b).decode('utf-8', 'replace')[-60:]!r}")
+                return
+        elif not self.matcher.consume_token(token):
             self._kill("decode", f"token {token} not allowed: {self.matcher.get_error()}")
             return
-        b = self.engine.token_bytes(token)
+        self._line_tokens.append(token)
         self.line += b
         if b"\n" in b:
             head, _, rest = self.line.partition(b"\n")
@@ -633,16 +724,100 @@ class ScriptConstraint:
 
     def fill_mask(self, bitmask: Any, row: int) -> None:
         """Write the allowed-token bitmask of this attempt into ``bitmask[row]`` (llguidance layout)."""
-        if self.dead or self.done or self.matcher.is_stopped():
+        if self.eos_only():
             bitmask[row].zero_()
             e = self.engine.eos_id
             bitmask[row, e // 32] = _bit(e % 32)
             return
         t0 = time.perf_counter()
-        v = bitmask[row]  # contiguous int32 row on the CPU (llguidance writes it directly)
-        self.matcher.unsafe_compute_mask_ptr(v.data_ptr(), v.numel() * v.element_size())
+        self.grammar_mask(bitmask[row])
         restrict_whitespace([(self, row)], bitmask)
         self.stats.mask_s += time.perf_counter() - t0
+
+    def by_kind(self) -> bool:
+        """Whether the current line is checked by its kinds' grammars (``allows``) past its first token: its mask is
+        then theirs, OR-ed (the line grammar's language is the union of its kinds', and the line's prefix rules out
+        the others), and the line grammar need not be compiled."""
+        return (self.pending is not None and bool(self._kind_matchers) and bool(self._line_tokens)
+                and not self._kinds_forced())
+
+    def _kinds_forced(self) -> bool:
+        """Whether a kind's grammar forces the next bytes here (past the keyword's first letters: `bl` forces `ayout`
+        in `blayout`'s grammar, not in the line grammar, where `blk` and `blockize` remain).  Where bytes are forced,
+        llguidance's mask keeps only their canonical tokens (after `blay`: `out`, not `o` or `ou`), which depends on
+        the whole grammar: the line grammar then decides (compiled, the line's tokens replayed)."""
+        return any(m.compute_ff_bytes() for m in self._kind_matchers.values())
+
+    def grammar_mask(self, v: Any) -> None:
+        """The grammar's allowed-token bits into the contiguous int32 row ``v`` (llguidance writes it directly)."""
+        size = v.numel() * v.element_size()
+        if not self.by_kind():
+            self.matcher.unsafe_compute_mask_ptr(v.data_ptr(), size)
+            return
+        first, *rest = self._kind_matchers.values()
+        first.unsafe_compute_mask_ptr(v.data_ptr(), size)
+        if rest:
+            more = v.clone()
+            for m in rest:
+                m.unsafe_compute_mask_ptr(more.data_ptr(), size)
+                v |= more
+
+    def allows(self, token: int) -> bool:
+        """Whether the mask ``fill_mask`` would write now allows ``token``, found without computing it: a sampler
+        that draws from the model first and computes the mask only when the draw is refused samples exactly the
+        masked distribution (``AttemptLogitsProcessor.allows``).  Where the line grammar is not compiled yet, the
+        token is checked on the grammars of the instruction kinds its line may be (``grammar_line.LineKinds``: one
+        kind's grammar compiles in ~0.5-1 ms, the whole line grammar in ~3; a line is one instruction, so the line
+        grammar's language is the union of the kinds'), compiled once per kind and schedule state (cached by text);
+        the same white-space and end rules as the mask (``restrict_whitespace``)."""
+        eos = self.engine.eos_id
+        if self.done:
+            return False
+        if self.dead:
+            return token == eos
+        if token != eos and not self.engine.whitespace_ok(token, self.whitespace_state()):
+            return False
+        if token == eos and self.pending is not None and not self.may_end():
+            return False  # no end before the post-processing (a line's fresh matcher is never stopped)
+        if (token == eos or self.pending is None or self.workload is None or self.state is None or self.finished
+                or self.post_section):  # the line grammar (compiled, or one text for every line)
+            return self._line_allows(token)
+        names = self._kind_candidates(self.line + self.engine.token_bytes(token))
+        if self._line_tokens and self._kinds_forced():
+            return self._line_allows(token)
+        return any(self._kind_matchers[n].validate_tokens([token]) == 1 for n in names)
+
+    def _line_allows(self, token: int) -> bool:
+        """``allows`` on the line grammar's matcher: the token is valid there and, where the grammar forces the next
+        bytes, one the mask keeps (its canonical tokens only: ``_kinds_forced``)."""
+        eos = self.engine.eos_id
+        m = self.matcher
+        if self.dead or m.is_stopped():
+            return token == eos
+        if m.validate_tokens([token]) != 1 or (token == eos and not self.may_end()):
+            return False
+        if token != eos and m.compute_ff_bytes():
+            row = allocate_bitmask(1, self.engine.vocab_size)[0]
+            m.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * row.element_size())
+            return bool((int(row[token // 32]) >> (token % 32)) & 1)
+        return True
+
+    def _kind_candidates(self, prefix: bytes) -> list[str]:
+        """The kinds a line starting with ``prefix`` may be and that took every token of the line so far, their
+        matchers in ``_kind_matchers`` (at the line's first token those it names are compiled on demand)."""
+        if self._kinds is None:
+            self._kinds = line_kinds(self.state, **self._line_order)
+        names = self._kinds.kinds_for(prefix)
+        if self._kind_matchers is None:
+            self._kind_matchers = {}
+        if not self._line_tokens:
+            todo = [n for n in names if n not in self._kind_matchers]
+            if todo:
+                grammars = {n: self._kinds.grammar(n) for n in todo}
+                compiled = self.engine.matchers(list(dict.fromkeys(grammars.values())), self.stats, parallel=False)
+                for n, g in grammars.items():
+                    self._kind_matchers[n] = compiled[g].deep_copy()
+        return [n for n in names if n in self._kind_matchers]
 
     def may_end(self) -> bool:
         """Whether EOS may come now: once the post-processing is written (`post *`, or an explicit `post`
@@ -650,7 +825,8 @@ class ScriptConstraint:
         return self.finished or self.post_section
 
     def eos_only(self) -> bool:
-        return self.dead or self.done or self.matcher.is_stopped()
+        # a line checked by kind is never stopped: its matchers stop only after its newline, which starts a new line
+        return self.dead or self.done or (not self.by_kind() and self.matcher.is_stopped())
 
     def whitespace_state(self) -> int:
         """Where the current line is, for ``restrict_whitespace``: at its start, after a space, else."""
@@ -662,15 +838,23 @@ class ScriptConstraint:
 def fill_masks(constraints: list[ScriptConstraint], bitmask: Any) -> None:
     """``fill_mask`` of every row at once: the live rows' masks computed in parallel by llguidance's
     executor (one call, GIL released), the others EOS only."""
-    live = []
+    live, by_kind = [], []
     for i, c in enumerate(constraints):
         if c.eos_only():
             c.fill_mask(bitmask, i)
+        elif c.by_kind():
+            by_kind.append(i)
         else:
             live.append((c.matcher, i))
+    t0 = time.perf_counter()
+    for i in by_kind:
+        constraints[i].grammar_mask(bitmask[i])
+    if by_kind and not live:
+        restrict_whitespace([(constraints[i], i) for i in by_kind], bitmask)
+        constraints[0].stats.mask_s += time.perf_counter() - t0
+        return
     if not live:
         return
-    t0 = time.perf_counter()
     if len(live) < 4 or bitmask.shape[1] < 1024 or _workers() < 2:
         # a small vocabulary (the tiny model's 2k tokens: ~10 us a mask) costs less than a hand-off to threads
         for m, i in live:
@@ -679,7 +863,7 @@ def fill_masks(constraints: list[ScriptConstraint], bitmask: Any) -> None:
     else:
         _executor().unsafe_compute_mask_ptr(live, bitmask.data_ptr(), bitmask.shape[1] * bitmask.element_size(),
                                             bitmask.shape[0])
-    restrict_whitespace([(constraints[i], i) for _, i in live], bitmask)
+    restrict_whitespace([(constraints[i], i) for _, i in live] + [(constraints[i], i) for i in by_kind], bitmask)
     constraints[0].stats.mask_s += time.perf_counter() - t0
 
 
@@ -745,12 +929,12 @@ def prepare(constraints: list[ScriptConstraint], parallel: bool = True) -> None:
     """Compile the pending line grammars of ``constraints`` at once (distinct ones in parallel when
     ``parallel``), so that a decoding step where several attempts ended a line waits for one compile, not one
     per attempt."""
-    todo = [c for c in constraints if c.pending is not None and not (c.dead or c.done)]
+    todo = [c for c in constraints if c.pending is not None and not (c.dead or c.done or c.by_kind())]
     if len(todo) < 2:
         return
     compiled = todo[0].engine.matchers(list(dict.fromkeys(c.pending for c in todo)), todo[0].stats, parallel)
     for c in todo:
-        c._matcher, c.pending = compiled[c.pending].deep_copy(), None
+        c.take_matcher(compiled[c.pending])
 
 
 def allocate_bitmask(rows: int, vocab: int) -> Any:
@@ -825,6 +1009,10 @@ class CodecLogitsProcessor:
     def _consume(self, tokens: list[int]) -> None:
         """Advance every row by its sampled token; a row that ended a line starts its grammar's compile at
         once (it runs while the next rows' lines are applied, and then during the forward pass)."""
+        t0 = time.perf_counter()
+        prefetch_states(self.constraints, tokens)
+        if self.constraints:
+            self.constraints[0].stats.state_s += time.perf_counter() - t0
         for c, tok in zip(self.constraints, tokens):
             c.advance(tok)
             if self._threads and c.pending is not None and not (c.dead or c.done):
@@ -878,16 +1066,44 @@ class AttemptLogitsProcessor:
 
     def ahead(self, attempts: Any, tokens: Any, final: bool = False) -> None:
         """The tokens ``attempts`` just sampled (EOS included), before the next forward pass: consumed (and the
-        next masks computed, in the background thread when ``BACKGROUND``) while the model computes."""
+        next masks computed, in the background thread when ``BACKGROUND``, unless the engine checks its draws
+        first: ``sample_first``) while the model computes."""
         self._collect()
         ids, toks = attempts.tolist(), tokens.tolist()
         self._threads = _compile_threads(tokens.device)
         if _background(tokens.device) and not final:
-            self._job = _line_worker().submit(self._next_masks, ids, toks)
+            lazy = _sample_first(tokens.device)
+            self._job = _line_worker().submit(self._consume if lazy else self._next_masks, ids, toks)
             return
         self._consume(ids, toks)
 
+    def sample_first(self, device: Any) -> bool:
+        """Whether the engine should draw each attempt's token unmasked, ask ``allows``, and mask (``__call__``)
+        only the attempts whose draw was refused (``SAMPLE_FIRST``).  Exact: a draw from p kept when allowed, else
+        a draw from the masked p / Z, is a draw from p / Z (allowed t: p(t) + (1 - Z) p(t) / Z = p(t) / Z)."""
+        return _sample_first(device)
+
+    def allows(self, attempts: Any, tokens: Any) -> list[bool]:
+        """For each of ``attempts`` (ids, not ended), whether its constraint allows the token drawn for it
+        (``ScriptConstraint.allows``: the bit its mask would have)."""
+        t = time.perf_counter()
+        self._collect()
+        out = [self.constraints[a].allows(tok) for a, tok in zip(attempts.tolist(), tokens.tolist())]
+        if self.constraints:
+            stats, now = self.constraints[0].stats, time.perf_counter()
+            stats.checked += len(out)
+            stats.check_refused += out.count(False)
+            stats.check_s += now - t
+            if self._t0 is not None:
+                stats.first_mask_s += now - self._t0
+                self._t0 = None
+        return out
+
     def _consume(self, ids: list[int], toks: list[int]) -> None:
+        t0 = time.perf_counter()
+        prefetch_states([self.constraints[a] for a in ids], toks)
+        if self.constraints:
+            self.constraints[0].stats.state_s += time.perf_counter() - t0
         for a, tok in zip(ids, toks):
             c = self.constraints[a]
             c.advance(tok)

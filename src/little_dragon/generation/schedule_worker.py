@@ -213,6 +213,11 @@ def _state_task(key: Any, mod_json: str | None, text: str, trace_json: list) -> 
     return ("ok", (state, dict(APPLIED - before)))
 
 
+def _states_task(items: list[tuple]) -> tuple:
+    """``_state_task`` of each ``(key, mod_json, text, trace_json)`` in one request (a decoding step's lines)."""
+    return ("ok", [_state_task(*item) for item in items])
+
+
 def _finish_task(key: Any, mod_json: str | None, target: str, text: str) -> tuple:
     mod = _module(key, mod_json)
     if mod is None:
@@ -268,6 +273,46 @@ class ScheduleWorker:
         state, applied = self._call(key, mod, text, lambda mj: (_state_task, key, mj, text, trace_json))
         APPLIED.update(applied)
         return state
+
+    def states(self, items: list[tuple[Any, Any, str, list]]) -> list[ScheduleState | BaseException]:
+        """``state`` of each ``(key, mod, text, trace_json)`` in one round trip (a decoding step ends lines in many
+        attempts; one request each cost a round trip each): a state, or the exception ``state`` would raise.  When
+        the batch crashes or hangs the worker, each item is asked again alone, so the crash is the one line's."""
+        if not items:
+            return []
+        with self.lock:
+            pool = self._pool()
+            out = None
+            sent = {k for k, *_ in items if k not in self.known}
+            for attempt in range(2):
+                batch = [(k, tvm_json(m) if k in sent else None, text, tj) for k, m, text, tj in items]
+                outcome = pool.run(_states_task, batch, timeout=self.timeout_s)
+                if not outcome.ok:
+                    self.known.clear()  # a new worker holds no kernel
+                    break
+                self.known.update(sent)
+                res = outcome.value[1]
+                missing = {items[i][0] for i, r in enumerate(res) if r[0] == "need_module"}
+                if not missing:
+                    out = res
+                    break
+                sent = missing  # the worker was replaced since: send those kernels again
+        if out is None:  # crashed, hung or still missing kernels: one request per item names the culprit
+            results: list[ScheduleState | BaseException] = []
+            for key, mod, text, tj in items:
+                try:
+                    results.append(self.state(key, mod, text, tj))
+                except Exception as e:  # noqa: BLE001 - the item's answer
+                    results.append(e)
+            return results
+        results = []
+        for r in out:
+            if r[0] == "ok":
+                APPLIED.update(r[1][1])
+                results.append(r[1][0])
+            else:
+                results.append(RuntimeError(r[1]))
+        return results
 
     def finish_check(self, key: Any, mod: Any, target: str, text: str) -> str:
         """``finish_check`` in the worker: why ``text`` is not a finished kernel, "" when it is."""

@@ -186,11 +186,35 @@ def _processed_sample(proc: Any, logits: Any, ids_of: Any, done: Any, hist_tok: 
     ``proc`` first (their ids ``ids_of`` ``(b, n)``, their ``t`` tokens so far, their logits), the others are
     sampled unprocessed (their tokens are never kept)."""
     live = ~done
+    first = getattr(proc, "sample_first", None)
+    if first is not None and first(logits.device):
+        return _checked_sample(proc, logits, ids_of, live, hist_tok, alive, t, temperature, generator)
     scores = logits[live]                                       # (m, V), attempts in row-major order
     scores = proc(ids_of[live], hist_tok[alive][live][:, :t], scores)
     logits = logits.clone() if logits.stride(1) == 0 else logits     # the first step's expanded view
     logits[live] = scores
     return _sample(logits, 1, temperature, generator)
+
+
+def _checked_sample(proc: Any, logits: Any, ids_of: Any, live: Any, hist_tok: Any, alive: Any, t: int,
+                    temperature: float, generator: Any) -> tuple[Any, Any]:
+    """``_processed_sample`` for a processor that checks draws (``proc.sample_first``): every attempt draws from the
+    model's distribution, ``proc.allows`` says which live draws its mask would allow, and only the refused attempts
+    are masked (``proc``) and drawn again.  The same masked, renormalised distribution (a draw from p kept when
+    allowed, else one from p restricted: p(t) + (1 - Z) p(t) / Z = p(t) / Z); greedy, the same token.  A kept
+    draw's log-prob is NaN: the mask, hence Z, was never computed (nothing reads these under a processor)."""
+    import torch
+
+    tok, lp = _sample(logits, 1, temperature, generator)                     # (b, n)
+    ok = torch.tensor(proc.allows(ids_of[live], tok[live]), dtype=torch.bool, device=tok.device)
+    refused = live.clone()
+    refused[live] = ~ok
+    lp = torch.where(live, torch.full_like(lp, float("nan")), lp)
+    if bool(refused.any()):
+        scores = proc(ids_of[refused], hist_tok[alive][refused][:, :t], logits[refused])   # (m, V)
+        tok2, lp2 = _sample(scores, 1, temperature, generator)               # (m, 1)
+        tok[refused], lp[refused] = tok2[:, 0], lp2[:, 0]
+    return tok, lp
 
 
 def _preallocate(cache: Any, capacity: int) -> None:
