@@ -241,3 +241,30 @@ def test_nested_thread_bindings_reads_the_kernel():
                     lower_for_target(sch.mod, as_target(target))
             n += 1
     assert n >= 5
+
+
+def test_a_deferred_end_check_gives_the_same_verdict_after_settle(engine, smollm2):
+    """With ``defer_end`` (the shared-prefix engine's calls: ``generate_constrained``) the end check runs in the TVM
+    worker beside decoding: at `post *` the attempt goes on (only the end may follow, in the masks too), and
+    ``settle`` applies the verdict: the 2048-thread script is then dead with VerifyGPUCode's verdict and counted, as
+    when checked at once; the 256-thread one stays alive."""
+    from dragon_testkit import matmul_tensors
+
+    from little_dragon.generation.constrained import ScriptConstraint, Workload, allocate_bitmask, unpack_bitmask
+
+    mod, target = prim_module(matmul_tensors(64)), _cuda_target()
+    wl = Workload(mod, target)
+    for threads, refused in ((2048, True), (256, False)):
+        c = ScriptConstraint(engine, wl)
+        c.defer_end = True
+        for t in smollm2(MATMUL.format(threads=threads), add_special_tokens=False)["input_ids"]:
+            c.advance(t)
+        assert c.finished and not c.dead and c._end is not None and c.stats.end_checked == 1
+        bits = allocate_bitmask(1, engine.vocab_size)
+        c.fill_mask(bits, 0)
+        assert unpack_bitmask(bits, engine.vocab_size)[0].nonzero().flatten().tolist() == [engine.eos_id]
+        c.settle()
+        assert c.dead == refused and c.stats.rejected_end == int(refused), c.error
+        if refused:
+            assert c.error.startswith("post:") and "VerifyGPUCode" in c.error, c.error
+            assert c.script(MATMUL.format(threads=threads)) == MATMUL.format(threads=threads)

@@ -318,6 +318,15 @@ def _compile_threads(device: Any) -> bool:
 
 
 @functools.lru_cache(maxsize=1)
+def _end_checks() -> Any:
+    """One thread for deferred end checks (``ScriptConstraint.defer_end``): each waits on the TVM worker beside the
+    decoding loop, which goes on with the next step."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(1, thread_name_prefix="end-check")
+
+
+@functools.lru_cache(maxsize=1)
 def _line_worker() -> Any:
     """One thread for the constraint work of a decoding step (``CodecLogitsProcessor.ahead``): one step
     at a time, its rows in order, as in the caller's thread."""
@@ -534,6 +543,8 @@ class ScriptConstraint:
         self._kinds: Any = None            # the line's ``LineKinds`` (a sampled token checked by kind: ``allows``)
         self._kind_matchers: dict[str, Any] | None = None  # kind -> its matcher, the kinds the line may still be
         self._line_order: dict[str, Any] = {}  # the line grammar's order rules (``_order``), for its kinds
+        self.defer_end = False    # the end check runs beside decoding; ``settle`` applies its verdict
+        self._end: Any = None     # the Future of a deferred end check
         self._new_line(first=True)
 
     @property
@@ -622,10 +633,13 @@ class ScriptConstraint:
             self.text = candidate
             if self.workload is not None:
                 self.stats.end_checked += 1
-                why = self._finish_check(candidate)
-                if why:  # the script keeps its `post *`: the judge's verdict on it is the one given here
-                    self._kill("post", why)
-                    return
+                if self.defer_end and ISOLATE_TVM:  # its verdict waits for ``settle``; only the end may follow now
+                    self._end = _end_checks().submit(self._finish_check, candidate)
+                else:
+                    why = self._finish_check(candidate)
+                    if why:  # the script keeps its `post *`: the judge's verdict on it is the one given here
+                        self._kill("post", why)
+                        return
             self.pending, self._matcher = self._grammar(False), None
             self.line = b""
             self._line_tokens, self._kinds, self._kind_matchers = [], None, None
@@ -676,6 +690,15 @@ class ScriptConstraint:
                 self._line_done(head.decode("utf-8", errors="replace").rstrip("\r"))
             else:  # blank lines before an instruction: the same matcher goes on
                 self.line = rest.lstrip(b"\n")
+
+    def settle(self) -> None:
+        """Apply the verdict of a deferred end check (``defer_end``): a script it refuses is dead, as if checked at
+        its `post *` (it keeps its `post *`; only blank lines or the end came after it)."""
+        end, self._end = self._end, None
+        if end is not None:
+            why = end.result()
+            if why and not self.dead:
+                self._kill("post", why)
 
     def script(self, generated: str) -> str:
         """The attempt's script: the generated text; when generation stopped mid-line (the token budget ran out)
@@ -1180,11 +1203,14 @@ class ConstrainedDecoding:
         self.processor = CodecLogitsProcessor(self.engine(), self.last_constraints)
         return self.processor
 
-    def attempt_processor(self, prompts: list[str], n: int) -> AttemptLogitsProcessor:
+    def attempt_processor(self, prompts: list[str], n: int, defer_end: bool = False) -> AttemptLogitsProcessor:
         """The shared-prefix engine's processor of one call over ``prompts``, ``n`` attempts each (attempt
-        ``p * n + j`` is ``constraints[p * n + j]``; ``last_constraints`` are these)."""
+        ``p * n + j`` is ``constraints[p * n + j]``; ``last_constraints`` are these).  ``defer_end``: the end checks
+        run beside decoding (the caller ``settle``s every constraint after the call)."""
         t0 = time.perf_counter()
         self.last_constraints = self.constraints_for(prompts, n)
+        for c in self.last_constraints:
+            c.defer_end = defer_end
         self.stats.setup_s += time.perf_counter() - t0
         self.processor = None  # the model's forward pre-hook is the HF path's; the engine calls ``ahead`` itself
         return AttemptLogitsProcessor(self.engine(), self.last_constraints, t0)
@@ -1292,9 +1318,15 @@ def _generate_constrained_shared(model: Any, tokenizer: Any, prompts: list[str],
 
     def run(ps: list[str], kk: int, chunk: int) -> tuple[list[list[str]], list[list[ScriptConstraint]]]:
         n = kk if temperature > 0 else 1
-        proc = hook.attempt_processor(ps, n)
-        out = sample_token_ids(model, tokenizer, ps, kk, max_new_tokens, temperature, prompts_per_chunk=chunk,
-                               logits_processor=proc)
+        # the end checks beside decoding: an attempt at `post *` may only end, so its verdict is needed only after
+        # the call (the worker checks it while the model computes the next steps)
+        proc = hook.attempt_processor(ps, n, defer_end=True)
+        try:
+            out = sample_token_ids(model, tokenizer, ps, kk, max_new_tokens, temperature, prompts_per_chunk=chunk,
+                                   logits_processor=proc)
+        finally:
+            for c in proc.constraints:
+                c.settle()
         texts = [[tokenizer.decode(ids, skip_special_tokens=True) for ids in a] for a in out.token_ids]
         cons = [[proc.constraints[p * n + (a if n == kk else 0)] for a in range(kk)] for p in range(len(ps))]
         return texts, cons
