@@ -278,6 +278,7 @@ class StepTimer:
 
     def __init__(self, model: Any):
         self.calls: list[list[float]] = []  # per generate call: [prefill seconds, decoding steps]
+        self.engine_steps = 0
         self._t0: float | None = None
         self._handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
                          model.register_forward_hook(self._post)]
@@ -287,6 +288,7 @@ class StepTimer:
         mask = kwargs.get("attention_mask")
         # a prefill feeds a whole prompt; a shared-prefix decoding step feeds k tokens per row with a 4-D mask
         prefill = ids is not None and ids.shape[-1] > 1 and not (mask is not None and mask.dim() == 4)
+        self.engine_steps += int(mask is not None and mask.dim() == 4)  # the shared-prefix engine's decoding steps
         if prefill or not self.calls:
             self.calls.append([0.0, 0])
             self._t0 = time.perf_counter()
@@ -322,6 +324,9 @@ def _arm(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: argp
         out = _arm_run(name, model, tok, rows, args, timer)
     finally:
         timer.remove()
+    # an arm must run on the engine it names (sessions 8-12's +shared_prefix constrained arms ran on generate unseen)
+    if ("+shared_prefix" in name) != (timer.engine_steps > 0):
+        raise SystemExit(f"arm {name} ran on the wrong engine ({timer.engine_steps} shared-prefix decoding steps)")
     return {**out, "load_1min": [load, os.getloadavg()[0]]}
 
 
