@@ -433,18 +433,15 @@ def prefetch_states(constraints: list["ScriptConstraint"], tokens: list[int]) ->
     worker in one request (``ScheduleWorker.states``) and cached where ``_state`` looks (``_STATES``).  A decoding
     step ends a line in many attempts at once (the tiny model writes about a line a token); one request per line
     cost a round trip each.  Only a cache: a line whose fact is not prefetched is asked alone, as before."""
-    if not ISOLATE_TVM:
+    if not ISOLATE_TVM or not constraints:
         return
+    t0 = time.perf_counter()
     items, keys = [], []
     for c, tok in zip(constraints, tokens):
         if c.done or c.dead or c.workload is None or c.finished or tok == c.engine.eos_id:
             continue
-        b = c.engine.token_bytes(tok)
-        if b"\n" not in b:
-            continue
-        head = (c.line + b).partition(b"\n")[0]
-        line = head.decode("utf-8", errors="replace").rstrip("\r")
-        if not head.strip() or _DERIVED_POST.fullmatch(line.strip()):
+        line = c.ended_line(c.engine.token_bytes(tok))
+        if line is None or _DERIVED_POST.fullmatch(line.strip()):
             continue
         text = c.text + line + "\n"
         key = (c.workload.key, text)
@@ -456,10 +453,10 @@ def prefetch_states(constraints: list["ScriptConstraint"], tokens: list[int]) ->
             continue
         items.append((c.workload.key, c.workload.mod, text, trace))
         keys.append(key)
-    if len(items) < 2:
-        return
-    for key, state in zip(keys, tvm_worker().states(items)):
-        _STATES.put(key, state)
+    if len(items) >= 2:
+        for key, state in zip(keys, tvm_worker().states(items)):
+            _STATES.put(key, state)
+    constraints[0].stats.state_s += time.perf_counter() - t0
 
 
 def clear_caches() -> None:
@@ -683,13 +680,20 @@ class ScriptConstraint:
             self._kill("decode", f"token {token} not allowed: {self.matcher.get_error()}")
             return
         self._line_tokens.append(token)
+        line = self.ended_line(b)
         self.line += b
-        if b"\n" in b:
-            head, _, rest = self.line.partition(b"\n")
-            if head.strip():
-                self._line_done(head.decode("utf-8", errors="replace").rstrip("\r"))
-            else:  # blank lines before an instruction: the same matcher goes on
-                self.line = rest.lstrip(b"\n")
+        if line is not None:
+            self._line_done(line)
+        elif b"\n" in b:  # blank lines before an instruction: the same matcher goes on
+            self.line = self.line.partition(b"\n")[2].lstrip(b"\n")
+
+    def ended_line(self, b: bytes) -> str | None:
+        """The line a token of bytes ``b`` ends (its text, without the newline), or None: no newline in ``b``, or
+        only blank lines before it."""
+        if b"\n" not in b:
+            return None
+        head = (self.line + b).partition(b"\n")[0]
+        return head.decode("utf-8", errors="replace").rstrip("\r") if head.strip() else None
 
     def settle(self) -> None:
         """Apply the verdict of a deferred end check (``defer_end``): a script it refuses is dead, as if checked at
@@ -815,7 +819,7 @@ class ScriptConstraint:
         bytes, one the mask keeps (its canonical tokens only: ``_kinds_forced``)."""
         eos = self.engine.eos_id
         m = self.matcher
-        if self.dead or m.is_stopped():
+        if m.is_stopped():
             return token == eos
         if m.validate_tokens([token]) != 1 or (token == eos and not self.may_end()):
             return False
@@ -1032,10 +1036,7 @@ class CodecLogitsProcessor:
     def _consume(self, tokens: list[int]) -> None:
         """Advance every row by its sampled token; a row that ended a line starts its grammar's compile at
         once (it runs while the next rows' lines are applied, and then during the forward pass)."""
-        t0 = time.perf_counter()
         prefetch_states(self.constraints, tokens)
-        if self.constraints:
-            self.constraints[0].stats.state_s += time.perf_counter() - t0
         for c, tok in zip(self.constraints, tokens):
             c.advance(tok)
             if self._threads and c.pending is not None and not (c.dead or c.done):
@@ -1123,10 +1124,7 @@ class AttemptLogitsProcessor:
         return out
 
     def _consume(self, ids: list[int], toks: list[int]) -> None:
-        t0 = time.perf_counter()
         prefetch_states([self.constraints[a] for a in ids], toks)
-        if self.constraints:
-            self.constraints[0].stats.state_s += time.perf_counter() - t0
         for a, tok in zip(ids, toks):
             c = self.constraints[a]
             c.advance(tok)

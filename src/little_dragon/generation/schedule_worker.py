@@ -284,7 +284,7 @@ class ScheduleWorker:
             pool = self._pool()
             out = None
             sent = {k for k, *_ in items if k not in self.known}
-            for attempt in range(2):
+            for _ in range(2):
                 batch = [(k, tvm_json(m) if k in sent else None, text, tj) for k, m, text, tj in items]
                 outcome = pool.run(_states_task, batch, timeout=self.timeout_s)
                 if not outcome.ok:
