@@ -244,8 +244,9 @@ def _clear_caches(mod: Any, tok: Any) -> None:
             cache.data.clear()
     mod.engine_for(tok)._cache.clear()
     gl = sys.modules.get(mod.__name__.rsplit(".", 1)[0] + ".grammar_line")
-    if gl is not None and hasattr(gl, "_MEMO"):
-        gl._MEMO.clear()
+    for memo in ("_MEMO", "_USES"):  # line grammar texts; the rules' uses (kind grammars)
+        if gl is not None and hasattr(gl, memo):
+            getattr(gl, memo).clear()
 
 
 def _warm(rows: list[dict[str, Any]], tok: Any) -> None:
@@ -262,7 +263,8 @@ def _warm(rows: list[dict[str, Any]], tok: Any) -> None:
     TokenEngine(tok)
     from little_dragon.generation.schedule_worker import worker
 
-    worker().warm()  # the constraint's TVM worker process: started, its imports done
+    for role in ("lines", "end"):
+        worker(role).warm()  # the constraint's TVM worker processes: started, their imports done
     if any('"cuda"' in r["prompt"].split("\n", 3)[1] for r in rows if r["prompt"].count("\n") > 2):
         from little_dragon.tvmx.build import import_tensor_intrinsics
 
@@ -320,14 +322,36 @@ def _arm(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: argp
 
     load = os.getloadavg()[0]
     timer = StepTimer(model)
+    cpu0 = _cpu_seconds()
     try:
         out = _arm_run(name, model, tok, rows, args, timer)
     finally:
         timer.remove()
+    cpu1 = _cpu_seconds()
+    # CPU seconds of this process (every thread) and of its child processes (the constraint's TVM workers) over the
+    # arm: what the work costs in all, wherever it ran (a worker's time hides beside the model's only on a spare core)
+    out["cpu_main_s"] = cpu1[0] - cpu0[0]
+    out["cpu_workers_s"] = sum(t - cpu0[1].get(pid, 0.0) for pid, t in cpu1[1].items())
     # an arm must run on the engine it names (sessions 8-12's +shared_prefix constrained arms ran on generate unseen)
     if ("+shared_prefix" in name) != (timer.engine_steps > 0):
         raise SystemExit(f"arm {name} ran on the wrong engine ({timer.engine_steps} shared-prefix decoding steps)")
     return {**out, "load_1min": [load, os.getloadavg()[0]]}
+
+
+def _cpu_seconds() -> tuple[float, dict[int, float]]:
+    """(user + system CPU seconds of this process, {child pid: its user + system seconds}) now."""
+    import psutil
+
+    me = psutil.Process()
+    kids = {}
+    for child in me.children(recursive=True):
+        try:
+            t = child.cpu_times()
+        except psutil.Error:  # ended meanwhile (a replaced worker): its time is gone with it
+            continue
+        kids[child.pid] = t.user + t.system
+    t = me.cpu_times()
+    return t.user + t.system, kids
 
 
 def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: argparse.Namespace,
@@ -531,7 +555,9 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
         res.update({"steps": arm.get("steps"), "prefills": arm.get("prefills"),
                     "prefill_s": statistics.median(r.get("prefill_s", 0.0) for r in runs[name]),
                     "decode_s": statistics.median(decode_s), "decode_s_runs": decode_s,
-                    "load_1min": [r.get("load_1min") for r in runs[name]]})
+                    "load_1min": [r.get("load_1min") for r in runs[name]],
+                    "cpu_main_s": statistics.median(r.get("cpu_main_s", 0.0) for r in runs[name]),
+                    "cpu_workers_s": statistics.median(r.get("cpu_workers_s", 0.0) for r in runs[name])})
         if arm.get("steps"):
             res["ms_per_step"] = 1e3 * res["decode_s"] / arm["steps"]
             res["decode_tokens_per_s"] = arm["generated"] / res["decode_s"]
@@ -606,8 +632,8 @@ def _print_steps(out: dict[str, Any]) -> None:
 
     print("\n| arm | generate calls | prefill s | decoding steps | decoding s (median; runs) | ms per step | "
           "per-step vs free | per-step vs free on its engine | sampled tokens | tokens/s excl. prefill | "
-          "tokens/s vs free | wall s (first pass, median) | load (1 min) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "tokens/s vs free | tokens/s vs free on its engine | wall s (first pass, median) | load (1 min) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, a in arms.items():
         ms, tps = a.get("ms_per_step"), a.get("decode_tokens_per_s")
         own = same_engine_free(name)
@@ -617,7 +643,17 @@ def _print_steps(out: dict[str, Any]) -> None:
               f"{ms if ms is None else round(ms, 2)} | {ratio(ms, base.get('ms_per_step'))} | "
               f"{ratio(ms, own.get('ms_per_step'))} | {a.get('generated_tokens')} | "
               f"{tps if tps is None else round(tps, 1)} | {ratio(base.get('decode_tokens_per_s'), tps)} | "
-              f"{a['gen_s']:.2f} | {loads} |")
+              f"{ratio(own.get('decode_tokens_per_s'), tps)} | {a['gen_s']:.2f} | {loads} |")
+    # CPU: the whole arm (prefill and set-up included), this process and its TVM worker processes.  The workers'
+    # seconds hide beside the model only on a spare core; on n cores the arm cannot take less wall time than its
+    # total CPU / n, nor less than one worker's sequential share
+    print("\n| arm | wall s (median) | CPU s, this process | CPU s, TVM workers | CPU s in all | vs the free arm's wall s |")
+    print("|---|---|---|---|---|---|")
+    for name, a in arms.items():
+        own = same_engine_free(name)
+        total = a.get("cpu_main_s", 0.0) + a.get("cpu_workers_s", 0.0)
+        print(f"| {name} | {a['gen_s']:.2f} | {a.get('cpu_main_s', 0.0):.2f} | {a.get('cpu_workers_s', 0.0):.2f} | "
+              f"{total:.2f} | {ratio(total, own.get('gen_s'))} |")
 
 
 def _print_costs(out: dict[str, Any]) -> None:

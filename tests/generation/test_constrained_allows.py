@@ -90,6 +90,33 @@ def test_allows_is_the_masks_bit_on_real_records(engine, smollm2):
     assert total > 10_000 and by_kind > 20 and masks > 20, (total, by_kind, masks)
 
 
+def test_allows_is_the_masks_bit_with_whole_tile_prefixes_in_one_token(monkeypatch):
+    """A tokenizer like the tiny model's (a byte-level BPE whose merges cross spaces: ``tile l3 = `` is one token)
+    starts a `tile` line with its loop written, so the line is checked on that loop's `tile` kind alone
+    (``k_tile@tl3``): ``allows`` and the mask still give the line grammar's bits at every position of real records, and
+    the one-loop kinds did the checking."""
+    from little_dragon.codec import encode
+    from little_dragon.generation import grammar_line
+    from little_dragon.generation.constrained import TokenEngine
+    from little_dragon.tokenizer import train_bpe_tokenizer
+
+    records = list(real_records(CODEC_DATA / "real_llvm_db"))[:3]
+    texts = ["\n".join(model_script_lines(tj)) + "\n" for _, _, _, tj in records] + [encode(tj) for *_, tj in records]
+    bpe = train_bpe_tokenizer(texts * 4, vocab_size=700, split="phrases")
+    assert any(bpe.decode([i]).startswith("tile l") and bpe.decode([i])[6:7].isdigit()
+               and not bpe.decode([i]).rstrip("0123456789").endswith("tile l") for i in range(len(bpe)))
+    engine = TokenEngine(bpe)
+    used: list[str] = []
+    grammar = grammar_line.LineKinds.grammar
+    monkeypatch.setattr(grammar_line.LineKinds, "grammar", lambda self, kind: used.append(kind) or grammar(self, kind))
+    rng = random.Random(0)
+    for name, mod, target, tj in records[:2]:
+        text = "\n".join(model_script_lines(tj)) + "\n"
+        n, k, m, wrong = _compare(engine, bpe, mod, target, text, 10_000, rng)
+        assert not wrong, (name, wrong[:5])
+    assert any(u.startswith("k_tile@tl") for u in used), sorted(set(used))
+
+
 def test_kind_grammars_split_the_line_grammar(engine):
     """Each kind's grammar compiles; the kinds by keyword are ``?inst``'s alternatives that the state leaves a line
     of (``ann`` names two kinds); ``kinds_for`` reads a keyword still being written and one run into its field."""
@@ -108,3 +135,10 @@ def test_kind_grammars_split_the_line_grammar(engine):
     assert kinds.kinds_for(b"ti") == ["k_tile"] and kinds.kinds_for(b"blkroot") == ["k_blk"]
     assert set(kinds.kinds_for(b"a")) == {"k_align", "k_ann", "k_anncat", "k_at", "k_atloc"}
     assert kinds.kinds_for(b"x") == []
+    # a `tile` line that names its loop is that loop's kind: only its alternative of the `tile` rule
+    loop = next(n for n in sorted(kinds._graph["k_tile"][1]) if n.startswith("tl"))
+    assert kinds.kinds_for(f"tile {loop[1:]} =".encode()) == [f"k_tile@{loop}"]
+    assert kinds.kinds_for(f"tile {loop[1:]}".encode()) == ["k_tile"]  # more digits may follow
+    one = kinds.grammar(f"k_tile@{loop}")
+    assert f'k_tile: "tile" {loop}\n' in one and len(one) < len(kinds.grammar("k_tile"))
+    assert llguidance.LLMatcher.validate_grammar(llguidance.LLMatcher.grammar_from_lark(one)) == ""

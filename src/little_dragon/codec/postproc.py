@@ -37,6 +37,7 @@ class PostprocContext:
         self.target = target
         self._postprocs: list | None = None
         self._cache: dict[str, Any] = {}
+        self._pre: dict[str, Any] = {}  # the kernel after the script before `post *`, by that script (``pre_module``)
 
     def postprocs(self) -> list:
         if self._postprocs is None:
@@ -71,6 +72,7 @@ class PostprocContext:
             Trace.apply_json_to_schedule(pre_json, sch)
         except Exception as e:  # noqa: BLE001 - any TVM error: the script before `post *` does not apply
             raise DeriveError(f"the script before `post *` does not apply: {str(e).strip().splitlines()[-1]}") from None
+        self._pre[dumps(pre_json)] = sch.mod  # an immutable IRModule: the schedule's later steps make new ones
         try:
             run_postprocs(sch, postprocs)  # enter_postproc, then each once, in tuning order
         except PostprocRejected as e:
@@ -82,6 +84,11 @@ class PostprocContext:
         # a live trace holds compact IndexMaps: written in the database's indented spelling
         return [list(pre_json[0]) + index_maps_indented(got[0][k:]),
                 list(pre_json[1]) + [d for d in got[1] if d[0] >= k]]
+
+    def pre_module(self, pre_json: list) -> Any:
+        """The kernel as the script before `post *` left it (before post-processing), where a derivation of that script
+        applied it; else None."""
+        return self._pre.get(dumps(pre_json))
 
     def reproduces(self, pre_json: list, full_json: Any) -> bool:
         """Does ``post *`` after ``pre_json`` give exactly ``full_json``?  (The encoder's test.)"""

@@ -132,7 +132,9 @@ class ConstraintStats:
     first_mask_s: float = 0.0      # from an engine call's start to its first masks (its cold start)
     wait_s: float = 0.0            # the decoding loop waiting for masks (shared-prefix engine)
     checked: int = 0               # sampled tokens checked before any mask (``SAMPLE_FIRST``)
-    check_refused: int = 0         # of them refused: the attempt's mask computed and its token drawn again
+    check_refused: int = 0         # of them refused: the attempt draws again (``redraws``), then from its mask
+    redraws: int = 0               # tokens drawn again after a refusal, without the refused ones, and checked
+    redraw_refused: int = 0        # of them refused (after ``shared_prefix.REDRAWS`` such, the mask decides)
     check_s: float = 0.0           # time checking sampled tokens (kind grammars compiled on demand included)
     reasons: dict[str, int] = dataclasses.field(default_factory=dict)
 
@@ -433,8 +435,34 @@ def prefetch_states(constraints: list["ScriptConstraint"], tokens: list[int]) ->
     worker in one request (``ScheduleWorker.states``) and cached where ``_state`` looks (``_STATES``).  A decoding
     step ends a line in many attempts at once (the tiny model writes about a line a token); one request per line
     cost a round trip each.  Only a cache: a line whose fact is not prefetched is asked alone, as before."""
+    request_states(constraints, tokens, least=2).store()
+
+
+class StatesAhead:
+    """The facts ``request_states`` asked the worker for, on their way; ``store()`` waits for them and caches them in
+    ``_STATES`` (once)."""
+
+    def __init__(self, keys: list, pending: Any, stats: ConstraintStats | None):
+        self.keys, self.pending, self.stats = keys, pending, stats
+
+    def store(self) -> None:
+        if self.pending is None:
+            return
+        t0 = time.perf_counter()
+        pending, self.pending = self.pending, None
+        for key, state in zip(self.keys, pending.result()):
+            _STATES.put(key, state)
+        if self.stats is not None:
+            self.stats.state_s += time.perf_counter() - t0
+
+
+def request_states(constraints: list["ScriptConstraint"], tokens: list[int], least: int = 1) -> StatesAhead:
+    """``prefetch_states`` without waiting: the request goes to the worker now (at least ``least`` lines), and the
+    caller ``store()``s the answers when it needs them.  Sent before the model's forward pass, the worker applies the
+    lines on another core while the model computes (``AttemptLogitsProcessor.ahead``)."""
+    stats = constraints[0].stats if constraints else None
     if not ISOLATE_TVM or not constraints:
-        return
+        return StatesAhead([], None, stats)
     t0 = time.perf_counter()
     items, keys = [], []
     for c, tok in zip(constraints, tokens):
@@ -453,10 +481,9 @@ def prefetch_states(constraints: list["ScriptConstraint"], tokens: list[int]) ->
             continue
         items.append((c.workload.key, c.workload.mod, text, trace))
         keys.append(key)
-    if len(items) >= 2:
-        for key, state in zip(keys, tvm_worker().states(items)):
-            _STATES.put(key, state)
-    constraints[0].stats.state_s += time.perf_counter() - t0
+    pending = tvm_worker().submit_states(items) if len(items) >= least else None
+    stats.state_s += time.perf_counter() - t0
+    return StatesAhead(keys, pending, stats)
 
 
 def clear_caches() -> None:
@@ -465,7 +492,8 @@ def clear_caches() -> None:
         cache.data.clear()
     _LIVE.data.clear()
     if ISOLATE_TVM:
-        tvm_worker().clear()
+        for role in ("lines", "end"):
+            tvm_worker(role).clear()
 
 
 _TILE_LINE = re.compile(r"tile\s+l(\d+)(?:\s+m=\d+)?\s*=\s*(\d+)((?:\s+\d+)+)\s*$")
@@ -631,7 +659,7 @@ class ScriptConstraint:
             if self.workload is not None:
                 self.stats.end_checked += 1
                 if self.defer_end and ISOLATE_TVM:  # its verdict waits for ``settle``; only the end may follow now
-                    self._end = _end_checks().submit(self._finish_check, candidate)
+                    self._end = _end_checks().submit(self._finish_check, candidate, "end")
                 else:
                     why = self._finish_check(candidate)
                     if why:  # the script keeps its `post *`: the judge's verdict on it is the one given here
@@ -735,15 +763,16 @@ class ScriptConstraint:
         candidate = text + "post *\n"
         return text if self._finish_check(candidate) else candidate
 
-    def _finish_check(self, text: str) -> str:
+    def _finish_check(self, text: str, role: str = "lines") -> str:
         """Why ``text`` (ending in ``post *``) is not a finished kernel of the workload, "" when it is
-        (``schedule_worker.finish_check``, in the worker unless ``ISOLATE_TVM`` is off)."""
+        (``schedule_worker.finish_check``, in the ``role`` worker unless ``ISOLATE_TVM`` is off: a deferred check in
+        its own, so the next steps' line requests never wait behind it)."""
         wl = self.workload
         t0 = time.perf_counter()
         try:
             if ISOLATE_TVM:
-                return tvm_worker().finish_check(wl.key, wl.mod, wl.target, text)
-            return finish_check(wl.mod, wl.post_context, text)
+                return tvm_worker(role).finish_check(wl.key, wl.mod, wl.target, text)
+            return finish_check(wl.mod, wl.post_context, text, wl.key)
         except Exception as e:  # noqa: BLE001 - TVM crashed or hung on it (the worker names line and workload)
             return str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
         finally:
@@ -769,11 +798,14 @@ class ScriptConstraint:
                 and not self._kinds_forced())
 
     def _kinds_forced(self) -> bool:
-        """Whether a kind's grammar forces the next bytes here (past the keyword's first letters: `bl` forces `ayout`
-        in `blayout`'s grammar, not in the line grammar, where `blk` and `blockize` remain).  Where bytes are forced,
-        llguidance's mask keeps only their canonical tokens (after `blay`: `out`, not `o` or `ou`), which depends on
-        the whole grammar: the line grammar then decides (compiled, the line's tokens replayed)."""
-        return any(m.compute_ff_bytes() for m in self._kind_matchers.values())
+        """Whether one of several kinds the line may still be forces the next bytes here (past the keyword's first
+        letters: `bl` forces `ayout` in `blayout`'s grammar, not in the line grammar, where `blk` and `blockize`
+        remain).  Where bytes are forced, llguidance's mask keeps only their canonical tokens (after `blay`: `out`, not
+        `o` or `ou`), which depends on the whole grammar: the line grammar then decides (compiled, the line's tokens
+        replayed).  With one kind left it need not: no other kind writes this prefix, so the line grammar's
+        continuations here are that kind's, and so are its forced bytes and its mask (``test_constrained_allows``)."""
+        alive = self._kind_matchers
+        return len(alive) > 1 and any(m.compute_ff_bytes() for m in alive.values())
 
     def grammar_mask(self, v: Any) -> None:
         """The grammar's allowed-token bits into the contiguous int32 row ``v`` (llguidance writes it directly)."""
@@ -844,7 +876,10 @@ class ScriptConstraint:
                 compiled = self.engine.matchers(list(dict.fromkeys(grammars.values())), self.stats, parallel=False)
                 for n, g in grammars.items():
                     self._kind_matchers[n] = compiled[g].deep_copy()
-        return [n for n in names if n in self._kind_matchers]
+        # one loop's `tile` kind (``k_tile@tl3``) is the `tile` kind's matcher when the line's first token did not yet
+        # name the loop (that matcher took the line's tokens)
+        held = (n if n in self._kind_matchers else n.partition("@")[0] for n in names)
+        return list(dict.fromkeys(n for n in held if n in self._kind_matchers))
 
     def may_end(self) -> bool:
         """Whether EOS may come now: once the post-processing is written (`post *`, or an explicit `post`
@@ -1085,13 +1120,16 @@ class AttemptLogitsProcessor:
         self._bitmask = allocate_bitmask(len(constraints), engine.vocab_size)
         self._rows: dict[int, int] = {}   # attempt id -> its row of ``_bitmask`` (masks computed ahead)
         self._job: Any = None
+        self._ahead: tuple | None = None  # (ids, tokens, their lines' facts on the way): consumed by ``_collect``
         self._threads = bool(COMPILE_THREADS)
         self._t0 = time.perf_counter() if t0 is None else t0  # the call's start: its first masks time the cold start
 
     def ahead(self, attempts: Any, tokens: Any, final: bool = False) -> None:
         """The tokens ``attempts`` just sampled (EOS included), before the next forward pass: consumed (and the
         next masks computed, in the background thread when ``BACKGROUND``, unless the engine checks its draws
-        first: ``sample_first``) while the model computes."""
+        first: ``sample_first``) while the model computes.  Otherwise the lines they end go to the TVM worker now
+        (``request_states``: it applies them on another core during the forward pass) and the tokens are consumed
+        after the forward pass (``_collect``), in this thread."""
         self._collect()
         ids, toks = attempts.tolist(), tokens.tolist()
         self._threads = _compile_threads(tokens.device)
@@ -1099,7 +1137,10 @@ class AttemptLogitsProcessor:
             lazy = _sample_first(tokens.device)
             self._job = _line_worker().submit(self._consume if lazy else self._next_masks, ids, toks)
             return
-        self._consume(ids, toks)
+        if final:
+            self._consume(ids, toks)
+            return
+        self._ahead = (ids, toks, request_states([self.constraints[a] for a in ids], toks))
 
     def sample_first(self, device: Any) -> bool:
         """Whether the engine should draw each attempt's token unmasked, ask ``allows``, and mask (``__call__``)
@@ -1107,24 +1148,34 @@ class AttemptLogitsProcessor:
         a draw from the masked p / Z, is a draw from p / Z (allowed t: p(t) + (1 - Z) p(t) / Z = p(t) / Z)."""
         return _sample_first(device)
 
-    def allows(self, attempts: Any, tokens: Any) -> list[bool]:
+    def allows(self, attempts: Any, tokens: Any, redraw: bool = False) -> list[bool]:
         """For each of ``attempts`` (ids, not ended), whether its constraint allows the token drawn for it
-        (``ScriptConstraint.allows``: the bit its mask would have)."""
-        t = time.perf_counter()
+        (``ScriptConstraint.allows``: the bit its mask would have).  ``redraw``: tokens drawn again after a refusal
+        (``shared_prefix._checked_sample``), counted apart."""
         self._collect()
+        t = time.perf_counter()
         out = [self.constraints[a].allows(tok) for a, tok in zip(attempts.tolist(), tokens.tolist())]
         if self.constraints:
             stats, now = self.constraints[0].stats, time.perf_counter()
-            stats.checked += len(out)
-            stats.check_refused += out.count(False)
+            if redraw:
+                stats.redraws += len(out)
+                stats.redraw_refused += out.count(False)
+            else:
+                stats.checked += len(out)
+                stats.check_refused += out.count(False)
             stats.check_s += now - t
             if self._t0 is not None:
                 stats.first_mask_s += now - self._t0
                 self._t0 = None
         return out
 
-    def _consume(self, ids: list[int], toks: list[int]) -> None:
-        prefetch_states([self.constraints[a] for a in ids], toks)
+    def _consume(self, ids: list[int], toks: list[int], states: StatesAhead | None = None) -> None:
+        """Advance attempts ``ids`` by ``toks``; the facts of the lines they end asked of the worker first (or already
+        asked: ``states``)."""
+        if states is None:
+            prefetch_states([self.constraints[a] for a in ids], toks)
+        else:
+            states.store()
         for a, tok in zip(ids, toks):
             c = self.constraints[a]
             c.advance(tok)
@@ -1145,6 +1196,9 @@ class AttemptLogitsProcessor:
         job, self._job = self._job, None
         if job is not None:
             job.result()  # re-raises what the background work raised
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:  # the tokens ``ahead`` left for after the forward pass
+            self._consume(*ahead)
 
     def __call__(self, attempts: Any, input_ids: Any, scores: Any) -> Any:
         """``scores`` ``[m, V]`` of ``attempts`` (ids; not ended), the tokens not allowed set to ``-inf``."""
@@ -1179,7 +1233,8 @@ class ConstrainedDecoding:
         self.processor: CodecLogitsProcessor | None = None
         self._engine: TokenEngine | None = None
         if semantic and ISOLATE_TVM:
-            tvm_worker().start()  # the worker's process and imports while the caller loads its model
+            for role in ("lines", "end"):  # the workers' processes and imports while the caller loads its model
+                tvm_worker(role).start()
 
     def engine(self, vocab_size: int | None = None) -> TokenEngine:
         if self._engine is None:

@@ -103,7 +103,7 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
     return live_state(live)
 
 
-def finish_check(mod: Any, post_context: Any, text: str) -> str:
+def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str:
     """Why ``text`` (a script ending in ``post *``) is not a finished kernel of ``mod``; "" when it is: the
     constraint's end-of-script check, and how a cut attempt is finished.  The script must
 
@@ -113,8 +113,15 @@ def finish_check(mod: Any, post_context: Any, text: str) -> str:
       code than the empty script (else it is the evaluator's ``no_op``);
     - not bind one thread axis on nested loops of different extents (``nested_thread_bindings``: TVM accepts it,
       the kernel leaves outputs unwritten);
-    - lower for the target (``tvmx.build.lower_for_target``: the build's passes without code generation; on the
-      H200 sealed run 10 of 13 build errors failed there, at ~10 ms a script)."""
+    - on an accelerator target, lower for it (``tvmx.build.lower_for_target``: the build's passes without code
+      generation; on the H200 sealed run 10 of 13 build errors failed there, at ~10 ms a script).  On a CPU target
+      (``lowering_checked``) only a script that transforms nothing is lowered (to compare its code with the empty
+      script's): there the lowering refused none of 417 scripts the post-processors accept (a harvest's 305
+      records, 112 free samples: ``benchmarks/cpu_lowering_yield.py``, results/constrained-decoding.md) and cost
+      20-45 ms a script, more than the tiny model takes to write it; the judge's build still decides.
+
+    ``key``: the workload's cache key in this process's live schedules (``prefix_facts``): the no-op test then reads
+    the schedule the constraint already applied the lines to, instead of applying them again."""
     from tvm import s_tir
 
     from little_dragon.codec.validity import check_module_script
@@ -126,7 +133,7 @@ def finish_check(mod: Any, post_context: Any, text: str) -> str:
         verdict = check_module_script(text, mod, post_context, schedule=sch)
         if not verdict.valid:
             return verdict.error
-        if _schedules_nothing(mod, post_context, text):
+        if _schedules_nothing(mod, post_context, text, key):
             return "no_op: the script schedules nothing: the kernel is unchanged by its instructions"
         clash = nested_thread_bindings(sch)
         if clash:
@@ -134,6 +141,8 @@ def finish_check(mod: Any, post_context: Any, text: str) -> str:
     except Exception as e:  # noqa: BLE001 - any failure of the derivation: not finished, and why
         return f"{type(e).__name__}: {str(e).strip()[:300]}"
     target = as_target(post_context.target)
+    if not lowering_checked(target) and _transforms(text):
+        return ""  # a CPU target: lowered only to compare with the empty script's code (the no-op rule below)
     try:
         lowered = lower_for_target(sch.mod, target)
     except Exception as e:  # noqa: BLE001 - TVM's lowering passes raise several error types
@@ -152,12 +161,10 @@ def _lowers_as_empty(mod: Any, post_context: Any, text: str, lowered: tuple, tar
     import tvm_ffi
     from tvm import s_tir
 
-    from little_dragon.codec import SyntaxOnlyContext, decode
-    from little_dragon.codec.kinds import transforms_anything
     from little_dragon.tvmx.build import lower_for_target
     from little_dragon.tvmx.postprocs import run_postprocs
 
-    if transforms_anything(decode(text, SyntaxOnlyContext())):
+    if _transforms(text):
         return False
     empty = s_tir.Schedule(mod, debug_mask=0)
     try:
@@ -169,17 +176,44 @@ def _lowers_as_empty(mod: Any, post_context: Any, text: str, lowered: tuple, tar
         tvm_ffi.structural_equal(a, b) for a, b in zip(devices, lowered[1]))
 
 
-def _schedules_nothing(mod: Any, post_context: Any, text: str) -> bool:
+def _schedules_nothing(mod: Any, post_context: Any, text: str, key: Any = None) -> bool:
     """Whether the lines before ``text``'s last (its ``post *``) leave ``mod`` unchanged: the evaluator's ``no_op``
-    (``evaluator.replay``), a failure the judge never rewards, so the constraint resamples it."""
+    (``evaluator.replay``), a failure the judge never rewards, so the constraint resamples it.  Read off the live
+    schedule of those lines where this process holds it (``key``), or the kernel the `post *` derivation left before
+    post-processing (``PostprocContext.pre_module``), else they are applied to a fresh schedule."""
     import tvm_ffi
     from tvm import s_tir
 
     from little_dragon.codec import apply
 
+    lines = text[:text.rstrip("\n").rfind("\n") + 1]
+    live = _LIVE.get((key, lines)) if key is not None else None
+    if live is not None:
+        return bool(tvm_ffi.structural_equal(live.sch.mod, mod))
+    from little_dragon.codec import SyntaxOnlyContext, decode
+
+    pre = getattr(post_context, "pre_module", lambda _: None)(decode(lines, SyntaxOnlyContext()))
+    if pre is not None:  # the `post *` derivation the check just ran applied these lines
+        return bool(tvm_ffi.structural_equal(pre, mod))
     sch = s_tir.Schedule(mod)
-    apply(text[:text.rstrip("\n").rfind("\n") + 1], sch, post_context)
+    apply(lines, sch, post_context)
     return bool(tvm_ffi.structural_equal(sch.mod, mod))
+
+
+def _transforms(text: str) -> bool:
+    """Whether the script does more than look up, sample and annotate (``codec.kinds.transforms_anything``)."""
+    from little_dragon.codec import SyntaxOnlyContext, decode
+    from little_dragon.codec.kinds import transforms_anything
+
+    return bool(transforms_anything(decode(text, SyntaxOnlyContext())))
+
+
+def lowering_checked(target: Any) -> bool:
+    """Whether the end check lowers a finished kernel for ``target`` (a ``tvm.target.Target``): on an accelerator
+    (its lowering refuses kernels the post-processors accept: ThreadSync, vector dtypes), not on a CPU."""
+    from tvm_ffi import DLDeviceType
+
+    return target.get_target_device_type() != DLDeviceType.kDLCPU
 
 
 # ------------------------------------------------------------------------------------ in the worker
@@ -226,7 +260,7 @@ def _finish_task(key: Any, mod_json: str | None, target: str, text: str) -> tupl
         from little_dragon.codec import PostprocContext
 
         _CONTEXTS[key] = PostprocContext(mod, target)
-    return ("ok", finish_check(mod, _CONTEXTS[key], text))
+    return ("ok", finish_check(mod, _CONTEXTS[key], text, key))
 
 
 def _warm_task() -> tuple:
@@ -278,8 +312,22 @@ class ScheduleWorker:
         """``state`` of each ``(key, mod, text, trace_json)`` in one round trip (a decoding step ends lines in many
         attempts; one request each cost a round trip each): a state, or the exception ``state`` would raise.  When
         the batch crashes or hangs the worker, each item is asked again alone, so the crash is the one line's."""
+        return self.submit_states(items).result()
+
+    def submit_states(self, items: list[tuple[Any, Any, str, list]]) -> "PendingStates":
+        """``states`` started, not waited for: the worker computes them while the caller goes on (the model's forward
+        pass); ``result()`` gives ``states``' answer (a crash, a time-out or a replaced worker: asked again there)."""
         if not items:
-            return []
+            return PendingStates(self, items, None)
+        with self.lock:
+            pool = self._pool()
+            sent = {k for k, *_ in items if k not in self.known}
+            batch = [(k, tvm_json(m) if k in sent else None, text, tj) for k, m, text, tj in items]
+            task = pool.submit(_states_task, batch, timeout=self.timeout_s)
+        return PendingStates(self, items, task, sent)
+
+    def _states_now(self, items: list[tuple[Any, Any, str, list]]) -> list[ScheduleState | BaseException]:
+        """``states`` with the worker's protocol in full: kernels it lacks sent again, a crash asked item by item."""
         with self.lock:
             pool = self._pool()
             out = None
@@ -298,20 +346,17 @@ class ScheduleWorker:
                     break
                 sent = missing  # the worker was replaced since: send those kernels again
         if out is None:  # crashed, hung or still missing kernels: one request per item names the culprit
-            results: list[ScheduleState | BaseException] = []
-            for key, mod, text, tj in items:
-                try:
-                    results.append(self.state(key, mod, text, tj))
-                except Exception as e:  # noqa: BLE001 - the item's answer
-                    results.append(e)
-            return results
-        results = []
-        for r in out:
-            if r[0] == "ok":
-                APPLIED.update(r[1][1])
-                results.append(r[1][0])
-            else:
-                results.append(RuntimeError(r[1]))
+            return self._each(items)
+        return _answers(out)
+
+    def _each(self, items: list[tuple[Any, Any, str, list]]) -> list[ScheduleState | BaseException]:
+        """``state`` of each item, one request each (after a batch crashed or hung: the culprit is named)."""
+        results: list[ScheduleState | BaseException] = []
+        for key, mod, text, tj in items:
+            try:
+                results.append(self.state(key, mod, text, tj))
+            except Exception as e:  # noqa: BLE001 - the item's answer
+                results.append(e)
         return results
 
     def finish_check(self, key: Any, mod: Any, target: str, text: str) -> str:
@@ -374,23 +419,64 @@ class ScheduleWorker:
             raise RuntimeError(out.value[1])  # TVM's own message: the attempt's rejection reason
 
 
+def _answers(out: list) -> list[ScheduleState | BaseException]:
+    results: list[ScheduleState | BaseException] = []
+    for r in out:
+        if r[0] == "ok":
+            APPLIED.update(r[1][1])
+            results.append(r[1][0])
+        else:
+            results.append(RuntimeError(r[1]))
+    return results
+
+
+class PendingStates:
+    """``ScheduleWorker.submit_states``' request; ``result()`` waits for it (once)."""
+
+    def __init__(self, worker: ScheduleWorker, items: list, task: Any, sent: set | None = None):
+        self.worker, self.items, self.task, self.sent = worker, items, task, sent or set()
+        self._result: list | None = None
+
+    def result(self) -> list[ScheduleState | BaseException]:
+        if self._result is None:
+            self._result = self._collect()
+        return self._result
+
+    def _collect(self) -> list[ScheduleState | BaseException]:
+        if self.task is None:
+            return []
+        outcome = self.task.outcome()
+        if not outcome.ok:  # crashed or hung: a new worker holds no kernel; one request per item names the culprit
+            with self.worker.lock:
+                self.worker.known.clear()
+            return self.worker._each(self.items)
+        if any(r[0] == "need_module" for r in outcome.value[1]):  # a replaced worker: kernels sent again
+            return self.worker._states_now(self.items)
+        with self.worker.lock:
+            self.worker.known.update(self.sent)
+        return _answers(outcome.value[1])
+
+
 def tvm_json(mod: Any) -> str:
     import tvm
 
     return tvm.ir.save_json(mod)
 
 
-_WORKER: ScheduleWorker | None = None
+_WORKERS: dict[str, ScheduleWorker] = {}
 _WORKER_LOCK = threading.Lock()
 
 
-def worker() -> ScheduleWorker:
-    """This process's worker (one: requests are short and serialised; its caches serve every attempt)."""
-    global _WORKER
+def worker(role: str = "lines") -> ScheduleWorker:
+    """This process's worker for ``role``: ``lines`` (the lines' schedule facts and the synchronous end checks: its
+    live schedules serve every attempt) or ``end`` (the end checks that run beside decoding,
+    ``constrained.ScriptConstraint.defer_end``: each takes ~10-60 ms, and on the one worker it held the next step's
+    line requests behind it)."""
     with _WORKER_LOCK:
-        if _WORKER is None:
+        w = _WORKERS.get(role)
+        if w is None:
             import atexit
 
-            _WORKER = ScheduleWorker()
-            atexit.register(_WORKER.close)
-        return _WORKER
+            w = _WORKERS[role] = ScheduleWorker()
+            atexit.register(w.close)
+        return w

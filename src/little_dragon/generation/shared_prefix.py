@@ -196,13 +196,22 @@ def _processed_sample(proc: Any, logits: Any, ids_of: Any, done: Any, hist_tok: 
     return _sample(logits, 1, temperature, generator)
 
 
+# a refused draw is drawn again from the model's distribution without the tokens refused so far, up to this many
+# times, before its mask is computed (``_checked_sample``): most refused draws then need no mask, and a mask at a line's
+# start costs a whole line grammar (the tiny model's refusals were mostly there)
+REDRAWS = 4
+
+
 def _checked_sample(proc: Any, logits: Any, ids_of: Any, live: Any, hist_tok: Any, alive: Any, t: int,
                     temperature: float, generator: Any) -> tuple[Any, Any]:
     """``_processed_sample`` for a processor that checks draws (``proc.sample_first``): every attempt draws from the
-    model's distribution, ``proc.allows`` says which live draws its mask would allow, and only the refused attempts
-    are masked (``proc``) and drawn again.  The same masked, renormalised distribution (a draw from p kept when
-    allowed, else one from p restricted: p(t) + (1 - Z) p(t) / Z = p(t) / Z); greedy, the same token.  A kept
-    draw's log-prob is NaN: the mask, hence Z, was never computed (nothing reads these under a processor)."""
+    model's distribution and ``proc.allows`` says which live draws its mask would allow; a refused attempt draws again
+    from that distribution without the tokens refused so far (up to ``REDRAWS`` times, each draw checked), and one
+    still refused is masked (``proc``) and drawn from the mask.  The same masked, renormalised distribution: whatever
+    tokens R were refused (never allowed ones), a draw from p without R that lands in the allowed set A is a draw from
+    p / p(A) (A lies inside the rest), and so is the masked draw; greedy, the same token (the best allowed one).  A log-prob
+    is kept only for a masked draw (elsewhere the mask, hence p(A), was never computed: NaN; nothing reads these under
+    a processor)."""
     import torch
 
     tok, lp = _sample(logits, 1, temperature, generator)                     # (b, n)
@@ -210,10 +219,36 @@ def _checked_sample(proc: Any, logits: Any, ids_of: Any, live: Any, hist_tok: An
     refused = live.clone()
     refused[live] = ~ok
     lp = torch.where(live, torch.full_like(lp, float("nan")), lp)
-    if bool(refused.any()):
-        scores = proc(ids_of[refused], hist_tok[alive][refused][:, :t], logits[refused])   # (m, V)
-        tok2, lp2 = _sample(scores, 1, temperature, generator)               # (m, 1)
-        tok[refused], lp[refused] = tok2[:, 0], lp2[:, 0]
+    if not bool(refused.any()):
+        return tok, lp
+    where = refused.nonzero()                                                # (m, 2): the refused attempts
+    rows = logits[refused].clone()                                           # (m, V)
+    ids, drawn = ids_of[refused], tok[refused]
+    pending = torch.arange(where.shape[0], device=tok.device)
+    spent = []                                                               # rows with no token left to draw
+    for _ in range(REDRAWS):
+        rows[pending, drawn] = float("-inf")                                 # the tokens refused so far
+        left = torch.isfinite(rows[pending]).any(-1)
+        spent.append(pending[~left])
+        pending = pending[left]
+        if not len(pending):
+            break
+        again, _ = _sample(rows[pending], 1, temperature, generator)         # (p, 1)
+        drawn = again[:, 0]
+        ok = torch.tensor(proc.allows(ids[pending], drawn, redraw=True), dtype=torch.bool, device=tok.device)
+        kept = where[pending[ok]]
+        tok[kept[:, 0], kept[:, 1]] = drawn[ok]
+        pending, drawn = pending[~ok], drawn[~ok]
+        if not len(pending):
+            break
+    pending = torch.cat(spent + [pending])
+    if not len(pending):
+        return tok, lp
+    masked = torch.zeros_like(refused)
+    masked[where[pending, 0], where[pending, 1]] = True
+    scores = proc(ids_of[masked], hist_tok[alive][masked][:, :t], logits[masked])   # (p, V)
+    tok2, lp2 = _sample(scores, 1, temperature, generator)                  # (p, 1)
+    tok[masked], lp[masked] = tok2[:, 0], lp2[:, 0]
     return tok, lp
 
 

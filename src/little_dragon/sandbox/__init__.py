@@ -72,25 +72,15 @@ class WorkerPool:
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None, **kwargs: Any) -> TaskOutcome:
         """Run ``fn(*args, **kwargs)`` in a worker; block for its outcome."""
+        return self.submit(fn, *args, timeout=timeout, **kwargs).outcome()
+
+    def submit(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None, **kwargs: Any) -> "PendingTask":
+        """Start ``fn(*args, **kwargs)`` in a worker and return at once; ``outcome()`` waits for it (the caller works
+        meanwhile: the constraint's TVM work beside the model's forward pass)."""
         self._n += 1
         pgid_path = os.path.join(self._dir, f"task-{os.getpid()}-{id(self)}-{self._n}.pgid")
         fut = self.pool.schedule(_run_reporting_pgid, args=(pgid_path, fn, args, kwargs), timeout=timeout)
-        try:
-            return TaskOutcome(True, fut.result())
-        except concurrent.futures.TimeoutError:
-            self._kill_group(pgid_path)
-            return TaskOutcome(False, kind="timeout", message=f"killed after {timeout:.0f} s")
-        except pebble.ProcessExpired as e:
-            self._kill_group(pgid_path)
-            return TaskOutcome(False, kind="crash", message=f"worker died: {e} (exit code {e.exitcode})")
-        except Exception as e:  # noqa: BLE001 - the task's own exception, reported not raised
-            tb = getattr(e, "traceback", None) or traceback.format_exc()
-            return TaskOutcome(False, kind="error", message=f"{type(e).__name__}: {e}\n{tb}"[-6000:])
-        finally:
-            try:
-                os.remove(pgid_path)
-            except OSError:
-                pass
+        return PendingTask(self, fut, pgid_path, timeout)
 
     @staticmethod
     def _kill_group(pgid_path: str) -> None:
@@ -114,3 +104,35 @@ class WorkerPool:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class PendingTask:
+    """A task ``WorkerPool.submit`` started; ``outcome()`` blocks for it, once (a timeout or crash kills its process
+    group, as ``run`` does)."""
+
+    def __init__(self, pool: WorkerPool, fut: Any, pgid_path: str, timeout: float | None):
+        self._pool, self._fut, self._pgid_path, self._timeout = pool, fut, pgid_path, timeout
+        self._outcome: TaskOutcome | None = None
+
+    def outcome(self) -> TaskOutcome:
+        if self._outcome is None:
+            self._outcome = self._wait()
+        return self._outcome
+
+    def _wait(self) -> TaskOutcome:
+        try:
+            return TaskOutcome(True, self._fut.result())
+        except concurrent.futures.TimeoutError:
+            self._pool._kill_group(self._pgid_path)
+            return TaskOutcome(False, kind="timeout", message=f"killed after {self._timeout:.0f} s")
+        except pebble.ProcessExpired as e:
+            self._pool._kill_group(self._pgid_path)
+            return TaskOutcome(False, kind="crash", message=f"worker died: {e} (exit code {e.exitcode})")
+        except Exception as e:  # noqa: BLE001 - the task's own exception, reported not raised
+            tb = getattr(e, "traceback", None) or traceback.format_exc()
+            return TaskOutcome(False, kind="error", message=f"{type(e).__name__}: {e}\n{tb}"[-6000:])
+        finally:
+            try:
+                os.remove(self._pgid_path)
+            except OSError:
+                pass
