@@ -268,3 +268,24 @@ def test_a_deferred_end_check_gives_the_same_verdict_after_settle(engine, smollm
         if refused:
             assert c.error.startswith("post:") and "VerifyGPUCode" in c.error, c.error
             assert c.script(MATMUL.format(threads=threads)) == MATMUL.format(threads=threads)
+
+
+def test_the_no_op_test_reads_the_kernel_the_post_derivation_left():
+    """In the end-check worker (no live schedules) the no-op test compares the kernel that the `post *` derivation left
+    before post-processing (``PostprocContext.pre_module``) with the workload's, instead of applying the lines again.
+    That kernel must be the lines' alone: on llvm the post-processors rewrite the matmul's reduction block, so a kernel
+    the post-processing had changed in place would hide the no-op.  A CPU target's end check lowers only a script that
+    transforms nothing (``lowering_checked``); an accelerator's lowers every script."""
+    from dragon_testkit import matmul_tensors
+
+    from little_dragon.codec import PostprocContext, SyntaxOnlyContext, decode
+    from little_dragon.generation.schedule_worker import finish_check, lowering_checked
+    from little_dragon.tvmx.postprocs import as_target
+
+    mod, llvm = prim_module(matmul_tensors(64)), '{"kind": "llvm", "num-cores": 2}'
+    context = PostprocContext(mod, llvm)
+    nothing, par = "blk C\nloops b0 3\npost *\n", "blk C\nloops b0 3\npar l0\npost *\n"
+    assert finish_check(mod, context, nothing).startswith("no_op: the script schedules nothing: the kernel is unchanged")
+    assert context.pre_module(decode("blk C\nloops b0 3\n", SyntaxOnlyContext())) is not None  # read off the derivation
+    assert finish_check(mod, context, par) == ""
+    assert not lowering_checked(as_target(llvm)) and lowering_checked(as_target(_cuda_target()))
