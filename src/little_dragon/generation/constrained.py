@@ -22,15 +22,18 @@ How (results/constrained-decoding.md has the library comparison and the A/B):
 - **Checked at the end of the script**: ``post *`` runs the target's post-processors (on CUDA ending in
   VerifyGPUCode: threads per block, shared memory, vector width depend on the whole schedule); the script must
   change the kernel (the judge's two no-op rules), bind no thread axis on nested loops of different extents, and
-  lower for the target (the build's TIR passes); a script that fails is rejected like a line that does not apply
-  (``rejected_end``, resampled: ``schedule_worker.finish_check``).
+  on an accelerator lower for the target (the build's TIR passes); a script that fails is rejected like a line that
+  does not apply (``rejected_end``, resampled: ``schedule_worker.finish_check``).
 - **Draw, then check** (``SAMPLE_FIRST``, the shared-prefix engine on a CPU): the engine draws from the model and
   asks ``ScriptConstraint.allows`` (the mask's bit, from the grammars of the instruction kinds the line may be while
-  the whole line grammar is not compiled: ``grammar_line.LineKinds``); only a refused draw is masked and drawn again.
-  The same masked distribution; most steps compute no mask and compile no whole line grammar.
+  the whole line grammar is not compiled: ``grammar_line.LineKinds``); a refused draw is drawn again without the
+  refused tokens (``shared_prefix.REDRAWS`` times), then masked.  The same masked distribution; most steps compute no
+  mask and compile no whole line grammar.
 - **TVM runs in a worker process** (``schedule_worker``: the sandbox's pebble worker): a primitive that crashes
   or hangs on a line (TVM's Fuse segfaults on ``pui=_``) ends that attempt as a line that does not apply, and the
-  next line gets a new worker; the run goes on.
+  next line gets a new worker; the run goes on.  A step's lines are sent before the model's forward pass and
+  collected after it (``request_states``), so the worker applies them on another core meanwhile; end checks that run
+  beside decoding have a worker of their own.
 
 **RL log-probabilities.**  A constrained rollout samples from the masked, renormalised distribution
 ``p_m(t) = p(t) / Z`` over the allowed set.  GRPO's ratio and policy gradient must use that same
