@@ -125,3 +125,29 @@ def test_a_steps_lines_in_one_request_give_the_same_answers(engine, smollm2):
         assert isinstance(got[2], TVMCrashed) and f"`fuse l{a} l{b} pui=_`" in str(got[2]), got[2]
     finally:
         w.close()
+
+
+def test_a_request_queued_behind_a_crash_gets_its_kernels_sent_again(engine, smollm2):
+    """Requests started without waiting (``submit_states``: a step's lines beside the forward pass) queue in the
+    worker.  When one crashes it, the next runs on a new worker that lacks the kernels the first one was sent; it
+    answers ``need_module`` and is asked once more with them, so its answers are still ``state``'s."""
+    from little_dragon.generation.constrained import _decode
+    from little_dragon.generation.schedule_worker import ScheduleWorker, TVMCrashed
+
+    prefixes = list(real_prefixes(DATA / "real_cuda_db", ("fuse", "bind", "tile"), limit=3))
+    _, mod, wl, head, _ = prefixes[0]
+    a, b = _fusable_pair(mod, head)
+    good = [(wl.key, mod, h, _decode(h)) for _, _, _, h, _ in prefixes]
+    crash = head + f"fuse l{a} l{b} pui=_\n"
+    w = ScheduleWorker()
+    try:
+        alone = [w.state(*item) for item in good]  # the worker now holds the kernel: later requests go without it
+        first = w.submit_states([(wl.key, mod, crash, _decode(crash))])
+        second = w.submit_states(good)
+        assert not second.sent  # sent without the kernel, queued behind the crash
+        assert isinstance(first.result()[0], TVMCrashed)
+        got = second.result()
+        assert any(r[0] == "need_module" for r in second.task.outcome().value[1])  # the new worker lacked it
+        assert [dataclasses.asdict(s) for s in got] == [dataclasses.asdict(s) for s in alone]
+    finally:
+        w.close()

@@ -141,31 +141,30 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
     except Exception as e:  # noqa: BLE001 - any failure of the derivation: not finished, and why
         return f"{type(e).__name__}: {str(e).strip()[:300]}"
     target = as_target(post_context.target)
-    if not lowering_checked(target) and _transforms(text):
+    transforms = _transforms(text)
+    if not lowering_checked(target) and transforms:
         return ""  # a CPU target: lowered only to compare with the empty script's code (the no-op rule below)
     try:
         lowered = lower_for_target(sch.mod, target)
     except Exception as e:  # noqa: BLE001 - TVM's lowering passes raise several error types
         lines = str(e).strip().splitlines()
         return f"lowering: {type(e).__name__}: {lines[-1][:300] if lines else ''}"
-    if _lowers_as_empty(mod, post_context, text, lowered, target):
+    if not transforms and _lowers_as_empty(mod, post_context, lowered, target):
         return "no_op: the script schedules nothing: it lowers to the very code an empty script gives"
     return ""
 
 
-def _lowers_as_empty(mod: Any, post_context: Any, text: str, lowered: tuple, target: Any) -> bool:
-    """The evaluator's other ``no_op``: a script of lookups, samples and annotations only
-    (``codec.kinds.transforms_anything`` false) whose kernel is the empty script's (the post-processors alone).
-    The judge compares generated code; equal lowered modules (structurally) give equal code, so this refuses a
-    subset of what the judge calls a no-op."""
+def _lowers_as_empty(mod: Any, post_context: Any, lowered: tuple, target: Any) -> bool:
+    """The evaluator's other ``no_op``, for a script of lookups, samples and annotations only
+    (``codec.kinds.transforms_anything`` false: the caller asks): its kernel, ``lowered``, is the empty script's (the
+    post-processors alone).  The judge compares generated code; equal lowered modules (structurally) give equal code,
+    so this refuses a subset of what the judge calls a no-op."""
     import tvm_ffi
     from tvm import s_tir
 
     from little_dragon.tvmx.build import lower_for_target
     from little_dragon.tvmx.postprocs import run_postprocs
 
-    if _transforms(text):
-        return False
     empty = s_tir.Schedule(mod, debug_mask=0)
     try:
         run_postprocs(empty, post_context.postprocs())
@@ -192,7 +191,7 @@ def _schedules_nothing(mod: Any, post_context: Any, text: str, key: Any = None) 
         return bool(tvm_ffi.structural_equal(live.sch.mod, mod))
     from little_dragon.codec import SyntaxOnlyContext, decode
 
-    pre = getattr(post_context, "pre_module", lambda _: None)(decode(lines, SyntaxOnlyContext()))
+    pre = post_context.pre_module(decode(lines, SyntaxOnlyContext()))
     if pre is not None:  # the `post *` derivation the check just ran applied these lines
         return bool(tvm_ffi.structural_equal(pre, mod))
     sch = s_tir.Schedule(mod)
@@ -314,40 +313,19 @@ class ScheduleWorker:
         the batch crashes or hangs the worker, each item is asked again alone, so the crash is the one line's."""
         return self.submit_states(items).result()
 
-    def submit_states(self, items: list[tuple[Any, Any, str, list]]) -> "PendingStates":
+    def submit_states(self, items: list[tuple[Any, Any, str, list]], resend: frozenset = frozenset(),
+                      retry: bool = True) -> "PendingStates":
         """``states`` started, not waited for: the worker computes them while the caller goes on (the model's forward
-        pass); ``result()`` gives ``states``' answer (a crash, a time-out or a replaced worker: asked again there)."""
+        pass); ``result()`` gives ``states``' answer.  The kernels of ``resend`` go with the request even where the
+        worker had them (it was replaced since); ``retry``: one such request more when it answers ``need_module``."""
         if not items:
             return PendingStates(self, items, None)
         with self.lock:
             pool = self._pool()
-            sent = {k for k, *_ in items if k not in self.known}
+            sent = {k for k, *_ in items if k not in self.known} | set(resend)
             batch = [(k, tvm_json(m) if k in sent else None, text, tj) for k, m, text, tj in items]
             task = pool.submit(_states_task, batch, timeout=self.timeout_s)
-        return PendingStates(self, items, task, sent)
-
-    def _states_now(self, items: list[tuple[Any, Any, str, list]]) -> list[ScheduleState | BaseException]:
-        """``states`` with the worker's protocol in full: kernels it lacks sent again, a crash asked item by item."""
-        with self.lock:
-            pool = self._pool()
-            out = None
-            sent = {k for k, *_ in items if k not in self.known}
-            for _ in range(2):
-                batch = [(k, tvm_json(m) if k in sent else None, text, tj) for k, m, text, tj in items]
-                outcome = pool.run(_states_task, batch, timeout=self.timeout_s)
-                if not outcome.ok:
-                    self.known.clear()  # a new worker holds no kernel
-                    break
-                self.known.update(sent)
-                res = outcome.value[1]
-                missing = {items[i][0] for i, r in enumerate(res) if r[0] == "need_module"}
-                if not missing:
-                    out = res
-                    break
-                sent = missing  # the worker was replaced since: send those kernels again
-        if out is None:  # crashed, hung or still missing kernels: one request per item names the culprit
-            return self._each(items)
-        return _answers(out)
+        return PendingStates(self, items, task, sent, retry)
 
     def _each(self, items: list[tuple[Any, Any, str, list]]) -> list[ScheduleState | BaseException]:
         """``state`` of each item, one request each (after a batch crashed or hung: the culprit is named)."""
@@ -433,8 +411,8 @@ def _answers(out: list) -> list[ScheduleState | BaseException]:
 class PendingStates:
     """``ScheduleWorker.submit_states``' request; ``result()`` waits for it (once)."""
 
-    def __init__(self, worker: ScheduleWorker, items: list, task: Any, sent: set | None = None):
-        self.worker, self.items, self.task, self.sent = worker, items, task, sent or set()
+    def __init__(self, worker: ScheduleWorker, items: list, task: Any, sent: set | None = None, retry: bool = True):
+        self.worker, self.items, self.task, self.sent, self.retry = worker, items, task, sent or set(), retry
         self._result: list | None = None
 
     def result(self) -> list[ScheduleState | BaseException]:
@@ -450,11 +428,15 @@ class PendingStates:
             with self.worker.lock:
                 self.worker.known.clear()
             return self.worker._each(self.items)
-        if any(r[0] == "need_module" for r in outcome.value[1]):  # a replaced worker: kernels sent again
-            return self.worker._states_now(self.items)
         with self.worker.lock:
             self.worker.known.update(self.sent)
-        return _answers(outcome.value[1])
+        res = outcome.value[1]
+        missing = frozenset(self.items[i][0] for i, r in enumerate(res) if r[0] == "need_module")
+        if missing:  # the worker was replaced since: those kernels sent again, once; then one request per item
+            if self.retry:
+                return self.worker.submit_states(self.items, resend=missing, retry=False).result()
+            return self.worker._each(self.items)
+        return _answers(res)
 
 
 def tvm_json(mod: Any) -> str:
