@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from evkernels import LLVM, design_space_scripts, matmul, schedule, softmax
@@ -128,6 +129,33 @@ def test_hanging_and_crashing_evaluations_are_contained(evaluator, mm256, tuned_
     # the pool replaced both workers and still works
     again = evaluator.evaluate(mm256, tuned_scripts[2])
     assert again.category == "correct", again.message
+
+
+def test_a_worker_leaves_after_a_device_error_and_its_verdict_is_kept(evaluator, mm256):
+    """After a run-time error that may have broken its device context (a CUDA kernel's illegal address: sticky, and
+    thrown again from the kernel's buffers' destructors), the worker hands its result over through the phase
+    directory and leaves without running a destructor; the pool reports that result and replaces the worker, so the
+    scripts after it are judged by a sound worker.  The ``device-error`` hook raises CUDA's message from the run."""
+    def parallel_rows(split: int):  # valid schedules no other test evaluates (never answered from the cache)
+        def edit(sch):
+            i, _, _ = sch.get_loops(sch.get_sblock("C"))
+            outer, _ = sch.split(i, [None, split])
+            sch.parallel(outer)
+        return schedule(mm256, edit)
+
+    def workers() -> set[str]:  # each live worker keeps its phase file, named by its pid
+        return {p.name for p in Path(evaluator._phase_dir).iterdir() if p.name.isdigit()}
+
+    before = workers()
+    bad, ok1, ok2 = evaluator.evaluate_batch([EvalRequest(mm256, "#dragon-test: device-error"),
+                                              EvalRequest(mm256, parallel_rows(8)),
+                                              EvalRequest(mm256, parallel_rows(16))])
+    assert bad.category == "runtime_error" and bad.phase == "run", bad.message
+    assert "cudaErrorIllegalAddress" in bad.message and "worker replaced" in bad.message, bad.message
+    assert ok1.category == "correct" and ok2.category == "correct", (ok1.message, ok2.message)
+    assert not (bad.cached or ok1.cached or ok2.cached)
+    assert not list(Path(evaluator._phase_dir).glob("*.result*"))  # read and removed
+    assert workers() - before and before - workers()  # the worker that ran the hook is gone, another took its place
 
 
 def test_hooks_are_inert_without_the_test_flag(eval_cfg, timing_cfg):

@@ -247,6 +247,12 @@ class Evaluator:
             return {"category": "timeout", "phase": None, "crashed": True,
                     "message": f"evaluation exceeded the pool's backstop of {self._task_timeout:.0f} s; worker killed"}
         except ProcessExpired as e:
+            left = self._left_result(e.pid)
+            if left is not None:  # it left on purpose after a GPU run-time error (worker.py): its own verdict
+                left["crashed"] = True
+                left["message"] = (left.get("message") or "") + "; worker replaced (its device context is not " \
+                    "trusted after a run-time error)"
+                return left
             phase = self._phase_of(e.pid)
             if e.exitcode == -signal.SIGALRM:
                 budget = self.cfg.build_timeout_s if phase in ("apply", "verify", "build") else self.cfg.run_timeout_s
@@ -258,6 +264,19 @@ class Evaluator:
             log.exception("evaluator internal error")
             return {"category": "runtime_error", "phase": None, "crashed": True,
                     "message": f"evaluator internal error: {type(e).__name__}: {e}"}
+
+    def _left_result(self, pid: int | None) -> dict | None:
+        """The result a worker wrote before leaving (``worker._leave``), or None; the phase file goes too."""
+        if pid is None:
+            return None
+        path = Path(worker.result_path(self._phase_dir, pid))
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        path.unlink(missing_ok=True)
+        (Path(self._phase_dir) / str(pid)).unlink(missing_ok=True)
+        return raw if isinstance(raw, dict) else None
 
     def _phase_of(self, pid: int | None) -> str:
         if pid is None:
@@ -287,7 +306,9 @@ class Evaluator:
         for key, (bkey, fut) in futures.items():
             try:
                 b = fut.result()
-            except Exception as e:  # noqa: BLE001  timeout or crash of the baseline itself
+            except ProcessExpired as e:  # a crash, or a worker that left after a GPU error (its verdict kept)
+                b = self._left_result(e.pid) or {"error": f"{type(e).__name__}: {e}"}
+            except Exception as e:  # noqa: BLE001  timeout of the baseline itself
                 b = {"error": f"{type(e).__name__}: {e}"}
             self._baselines[key] = b
             if "error" not in b and self.cache is not None:

@@ -6,6 +6,15 @@ kernel or compiler stuck in C++ cannot ignore it, and the pool sees a worker tha
 timeout) and replaces it.  The current phase is written to ``<phase_dir>/<pid>`` so a worker that dies
 (segfault, abort, watchdog) is charged to the right category.  Measurements hold an exclusive ``flock``
 on the device's lock file; the kernel releases it when a holder dies, so a crash never wedges the lock.
+
+A GPU kernel that fails at run time (an illegal address, a launch failure) can leave the worker's CUDA context
+unusable: the error is sticky, every later call on that context fails (a valid schedule evaluated next would be
+judged a runtime error), and the failing kernel's device buffers throw the same error from their destructors,
+terminating the process wherever the garbage collector happens to free them (session 15's sealed run on the H200:
+``terminate called after throwing ... cudaErrorIllegalAddress`` in a worker, then no evaluation finished for 5
+minutes).  So after a run-time error on a GPU target the worker writes its result to ``<phase_dir>/<pid>.result``
+and leaves at once (``os._exit``: no destructor runs); the pool reads the result there and replaces the worker
+(``pool.Evaluator._collect``).
 """
 from __future__ import annotations
 
@@ -22,6 +31,7 @@ import numpy as np
 
 PHASES = ("start", "apply", "verify", "build", "reference", "run", "baseline")
 TEST_HOOK_PREFIX = "#dragon-test:"
+LEFT_EXIT_CODE = 75  # a worker that left on purpose (``_leave``): its result is in the phase directory
 
 
 @dataclasses.dataclass
@@ -32,6 +42,8 @@ class _State:
     target_kind: str
     phase_fd: int
     test_hooks: bool
+    phase_dir: str = ""
+    device_present: bool = True   # a GPU target's device exists here (without one, a run error breaks nothing)
     intrinsics_loaded: bool = False
     modules: dict = dataclasses.field(default_factory=dict)
     references: dict = dataclasses.field(default_factory=dict)
@@ -54,7 +66,8 @@ def init_worker(cfg: Any, timing_cfg: Any, target: dict, phase_dir: str, test_ho
         limit = int(cfg.memory_limit_gb * (1 << 30))
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     fd = os.open(os.path.join(phase_dir, str(os.getpid())), os.O_CREAT | os.O_WRONLY, 0o644)
-    _S = _State(cfg, timing_cfg, tvm.target.Target(target), kind, fd, test_hooks)
+    present = kind == "llvm" or bool(tvm.device(kind, 0).exist)
+    _S = _State(cfg, timing_cfg, tvm.target.Target(target), kind, fd, test_hooks, phase_dir, present)
     if cfg.preload_tensor_intrinsics == "always" or (cfg.preload_tensor_intrinsics == "auto" and kind == "cuda"):
         _load_intrinsics()
     _set_phase("start")
@@ -62,6 +75,30 @@ def init_worker(cfg: Any, timing_cfg: Any, target: dict, phase_dir: str, test_ho
 
 def _set_phase(name: str) -> None:
     os.pwrite(_S.phase_fd, name.ljust(16).encode(), 0)
+
+
+def result_path(phase_dir: str, pid: int) -> str:
+    """Where a worker that left on purpose (``_leave``) put the result of its last task."""
+    return os.path.join(phase_dir, f"{pid}.result")
+
+
+def _device_state_lost(hook: str | None) -> bool:
+    """Whether a run-time error may have left this worker's device context unusable: on a GPU target whose device is
+    here, always (CUDA's sticky errors cannot be told apart from the others without touching the context again, which
+    may terminate the process); the test hook ``device-error`` says so on any target."""
+    return (_S.target_kind != "llvm" and _S.device_present) or hook == "device-error"
+
+
+def _leave(result: dict) -> None:
+    """Hand ``result`` to the pool through the phase directory (written whole, then renamed) and end this worker
+    without running a destructor: its device buffers may throw from them (module docstring)."""
+    path = result_path(_S.phase_dir, os.getpid())
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.replace(tmp, path)
+    os._exit(LEFT_EXIT_CODE)  # not 0: pebble takes a worker that exits with 0 for a normal retirement, and its task
+    # would wait for the pool's backstop
 
 
 def _arm(seconds: float) -> None:
@@ -260,6 +297,8 @@ def _evaluate(task: dict) -> dict:
             got = numerics.run_candidate(check_mod, dev, ref, arrays)
         except Exception as e:  # noqa: BLE001
             _fail(res, "runtime_error", "run", _short(e))
+            if _device_state_lost(hook):
+                _leave(res)
             return False
         worst = 0.0
         for i, out, exp in zip(ref.outputs, got, expected):
@@ -279,6 +318,8 @@ def _evaluate(task: dict) -> dict:
             return timing.measure(rt_mod, func, {"kind": _S.target_kind}, tcfg, args_info)
         except Exception as e:  # noqa: BLE001
             _fail(res, "runtime_error", "run", "timing: " + _short(e))
+            if _device_state_lost(hook):
+                _leave(res)
             return None
 
     # the CPU reference disturbs CPU timing but not the GPU's: on llvm it is built outside the device lock and
@@ -301,6 +342,10 @@ def _evaluate(task: dict) -> dict:
         if hook == "abort":
             _set_phase("run")
             os.abort()
+        if hook == "device-error":  # a kernel whose run raises (as a CUDA kernel's illegal address does)
+            check_mod = _raising_kernel
+        if hook == "illegal-address":  # a real kernel writing far out of bounds (on a GPU: a sticky CUDA error)
+            check_mod = _out_of_bounds_kernel(_S.target)
         if not check_once(ref, case):
             return res
         res["phase_s"]["check"] = clock() - t1
@@ -330,6 +375,37 @@ def _evaluate(task: dict) -> dict:
     return res
 
 
+def _raising_kernel(*args: Any) -> None:
+    raise RuntimeError("CUDA Runtime Error: cudaErrorIllegalAddress (700): an illegal memory access was encountered "
+                       "(test hook device-error)")
+
+
+def _out_of_bounds_kernel(target: Any) -> Any:
+    """A callable taking any arguments that runs a kernel writing 2^36 floats past a one-element buffer: on a GPU an
+    illegal address, the sticky kind of CUDA error (test hook ``illegal-address``)."""
+    import numpy as np
+    import tvm
+    from tvm.script import tirx as T
+
+    if target.kind.name == "llvm":
+        raise RuntimeError("the illegal-address hook needs a GPU target")
+
+    @T.prim_func
+    def oob(a: T.handle):
+        n = T.int64()
+        A = T.match_buffer(a, (n,), "float32")
+        for t in T.thread_binding(1, thread="threadIdx.x"):
+            A[T.Cast("int64", t) + n * T.int64(1 << 36)] = T.float32(1)
+
+    kernel = tvm.tirx.build(tvm.IRModule({"main": oob}), target=target)
+    dev = tvm.device(target.kind.name, 0)
+
+    def run(*args: Any) -> None:
+        kernel(tvm.runtime.tensor(np.zeros(1, "float32"), dev))
+
+    return run
+
+
 def measure_workload_baseline(task: dict) -> dict:
     """Time the workload's baseline (see baseline.py) under the device lock."""
     from little_dragon.tvmx.baseline import measure_baseline
@@ -342,6 +418,8 @@ def measure_workload_baseline(task: dict) -> dict:
             lat, kind = measure_baseline(mod, _S.target, _S.timing)
         return {"us": lat.median_us, "kind": kind, "spread": lat.spread}
     except Exception as e:  # noqa: BLE001  reported, never raised: the caller still scores the script
+        if _device_state_lost(None):
+            _leave({"error": _short(e)})
         return {"error": _short(e)}
     finally:
         _disarm()
