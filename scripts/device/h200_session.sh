@@ -59,6 +59,8 @@ step_install() {
   tar -xJf "$here/cudads.tar.xz" -C "$ROOT"
   link_data "$SNAP"
   if [ -n "${TVM_B:-}" ]; then
+    # TVM's first part is parked by tvm-a/stage.sh (call 1 carried tvm-a, still on the machine): park it if call 1 did not
+    if [ ! -f /opt/ld/stage/compiler.so.xz.part-00 ] && [ -f "$TVM_B/../tvm-a/stage.sh" ]; then bash "$TVM_B/../tvm-a/stage.sh"; fi
     bash "$TVM_B/install.sh"
     env_tvm
     "$PY" -c "import tvm, llguidance, trl, deepspeed; print('tvm', tvm.__version__, 'cuda', tvm.cuda(0).exist, \
