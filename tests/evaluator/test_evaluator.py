@@ -158,6 +158,32 @@ def test_a_worker_leaves_after_a_device_error_and_its_verdict_is_kept(evaluator,
     assert workers() - before and before - workers()  # the worker that ran the hook is gone, another took its place
 
 
+def test_a_pool_broken_by_a_worker_ending_between_tasks_is_replaced(eval_cfg, timing_cfg, mm256):
+    """pebble gives up on its whole pool when a worker ends abnormally while no task runs (every later task: a
+    RuntimeError); the evaluator starts a new pool and the run goes on.  The ``exit-after-task`` hook answers, then
+    its worker ends 0.3 s later, while the pool is idle."""
+    from little_dragon.evaluator.pool import Evaluator
+
+    def rows(split: int):  # a valid schedule no other test evaluates
+        def edit(sch):
+            i, _, _ = sch.get_loops(sch.get_sblock("C"))
+            outer, _ = sch.split(i, [None, split])
+            sch.parallel(outer)
+        return schedule(mm256, edit)
+
+    cfg = dataclasses.replace(eval_cfg, pool_size=1, cache_path="")
+    with Evaluator(LLVM, cfg, timing_cfg, test_hooks=True) as ev:
+        hooked = ev.evaluate(mm256, "#dragon-test: exit-after-task")
+        assert hooked.message.startswith("test hook exit-after-task"), hooked.message
+        deadline = time.time() + 20
+        while ev._pool.active and time.time() < deadline:
+            time.sleep(0.2)
+        assert not ev._pool.active  # what pebble does; the case this test is about
+        after = ev.evaluate(mm256, rows(4))
+        assert after.category == "correct" and not after.cached, after.message
+        assert ev._pool.active
+
+
 def test_hooks_are_inert_without_the_test_flag(eval_cfg, timing_cfg):
     from little_dragon.evaluator.pool import Evaluator
 

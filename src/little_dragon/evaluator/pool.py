@@ -19,6 +19,7 @@ import signal
 import tempfile
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -96,6 +97,15 @@ class Evaluator:
         self._phase_dir = tempfile.mkdtemp(prefix="dragon-eval-phases-")
         self._baselines: dict[str, dict] = {}
         self._workloads: dict[int, _Workload] = {}
+        self._pool: Any = None
+        self._start_pool()
+        # first task: starts the workers and names the device (part of the cache key)
+        self.device = self._pool.schedule(worker.describe_device, timeout=600).result()
+        # backstop over the in-worker watchdogs: lock waiting and a lazy intrinsic import are not budgeted
+        self._task_timeout = (self.cfg.build_timeout_s + 3 * self.cfg.run_timeout_s
+                              + self.pool_size * self.cfg.run_timeout_s + 180.0)
+
+    def _start_pool(self) -> None:
         if self.kind == "llvm":
             ctx = multiprocessing.get_context("forkserver")
             ctx.set_forkserver_preload(["little_dragon.evaluator.worker", "tvm", "tvm.s_tir.meta_schedule",
@@ -107,12 +117,21 @@ class Evaluator:
         self._pool = ProcessPool(
             max_workers=self.pool_size, max_tasks=self.cfg.worker_max_tasks, context=ctx,
             initializer=worker.init_worker,
-            initargs=(self.cfg, self.timing_cfg, self.target, self._phase_dir, test_hooks))
-        # first task: starts the workers and names the device (part of the cache key)
-        self.device = self._pool.schedule(worker.describe_device, timeout=600).result()
-        # backstop over the in-worker watchdogs: lock waiting and a lazy intrinsic import are not budgeted
-        self._task_timeout = (self.cfg.build_timeout_s + 3 * self.cfg.run_timeout_s
-                              + self.pool_size * self.cfg.run_timeout_s + 180.0)
+            initargs=(self.cfg, self.timing_cfg, self.target, self._phase_dir, self.test_hooks))
+
+    def _ensure_pool(self) -> None:
+        """A new pool where pebble's broke.  pebble gives up on its whole pool when a worker ends abnormally while
+        no task runs (between tasks: a GPU worker whose buffers throw from a destructor, a worker the OOM killer took;
+        ``BrokenProcessPool``, then ``RuntimeError`` for every later task), and a worker that dies holding the pool's
+        channel lock stalls the others until they end the same way.  The judge must outlive that."""
+        if self._pool is not None and not self._pool.active:
+            log.warning("evaluator: the worker pool broke (a worker ended outside a task); starting a new one")
+            try:
+                self._pool.stop()
+                self._pool.join(timeout=10)
+            except Exception:  # noqa: BLE001 - the broken pool's own cleanup; the new one is what matters
+                pass
+            self._start_pool()
 
     @property
     def protocol(self) -> str:
@@ -197,7 +216,8 @@ class Evaluator:
     def _raw_batch(self, items: list[tuple[_Workload, str]]) -> list[tuple[dict, bool, float]]:
         """(raw result, from cache, seconds) per (workload, script); identical scripts evaluated once."""
         slots: list[Any] = []
-        pending: dict[str, tuple[Any, float, str, _Workload, str]] = {}
+        pending: dict[str, tuple[Any, float, str, _Workload, dict]] = {}
+        self._ensure_pool()
         for w, script in items:
             t0 = time.perf_counter()
             hook, lines = None, None
@@ -229,11 +249,14 @@ class Evaluator:
                         "script": script if hook is None else "", "lines": lines if hook is None else None,
                         "stop_after": self.stop_after}
                 fut = self._pool.schedule(worker.evaluate, args=(task,), timeout=self._task_timeout)
-                pending[key] = (fut, t0, canonical, w, "")
+                pending[key] = (fut, t0, canonical, w, task)
             slots.append(key)
         done: dict[str, tuple[dict, float]] = {}
-        for key, (fut, t0, canonical, w, _) in pending.items():
+        for key, (fut, t0, canonical, w, task) in pending.items():
             raw = self._collect(fut)
+            if raw.get("broken_pool"):  # not this script's doing: once more, on a new pool
+                self._ensure_pool()
+                raw = self._collect(self._pool.schedule(worker.evaluate, args=(task,), timeout=self._task_timeout))
             done[key] = (raw, time.perf_counter() - t0)
             if self.cache is not None and raw.get("category") in DETERMINISTIC and not raw.get("crashed") \
                     and not canonical.startswith(worker.TEST_HOOK_PREFIX):
@@ -243,6 +266,10 @@ class Evaluator:
     def _collect(self, fut: Any) -> dict:
         try:
             return fut.result()
+        except BrokenProcessPool:
+            return {"category": "runtime_error", "phase": None, "crashed": True, "broken_pool": True,
+                    "message": "the evaluator's worker pool broke while this script waited (a worker ended outside a "
+                               "task); evaluated again on a new pool, it broke that one too"}
         except FutureTimeout:
             return {"category": "timeout", "phase": None, "crashed": True,
                     "message": f"evaluation exceeded the pool's backstop of {self._task_timeout:.0f} s; worker killed"}
@@ -292,6 +319,7 @@ class Evaluator:
     def _fill_baselines(self, workloads: list[_Workload], raws: list[tuple[dict, bool, float]]) -> None:
         need = {w.key: w for w, (raw, _, _) in zip(workloads, raws) if raw.get("category") == "correct"}
         futures = {}
+        self._ensure_pool()
         for key, w in need.items():
             if key in self._baselines:
                 continue

@@ -67,8 +67,23 @@ class WorkerPool:
 
         self._dir = state_dir or tempfile.mkdtemp(prefix="dragon-sandbox-")
         self._n = 0
-        self.pool = pebble.ProcessPool(max_workers=max_workers, initializer=_init_worker,
-                                       initargs=(initializer,), context=multiprocessing.get_context("spawn"))
+        self._max_workers, self._initializer = max_workers, initializer
+        self.pool = self._new_pool()
+
+    def _new_pool(self) -> Any:
+        return pebble.ProcessPool(max_workers=self._max_workers, initializer=_init_worker,
+                                  initargs=(self._initializer,), context=multiprocessing.get_context("spawn"))
+
+    def _ensure(self) -> None:
+        """A new pebble pool where the old one broke: pebble gives up on its whole pool when a worker ends abnormally
+        while no task runs (its process group killed from outside, say), and every later task would raise."""
+        if not self.pool.active:
+            try:
+                self.pool.stop()
+                self.pool.join(timeout=10)
+            except Exception:  # noqa: BLE001 - the broken pool's own cleanup
+                pass
+            self.pool = self._new_pool()
 
     def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None, **kwargs: Any) -> TaskOutcome:
         """Run ``fn(*args, **kwargs)`` in a worker; block for its outcome."""
@@ -79,6 +94,7 @@ class WorkerPool:
         meanwhile: the constraint's TVM work beside the model's forward pass)."""
         self._n += 1
         pgid_path = os.path.join(self._dir, f"task-{os.getpid()}-{id(self)}-{self._n}.pgid")
+        self._ensure()
         fut = self.pool.schedule(_run_reporting_pgid, args=(pgid_path, fn, args, kwargs), timeout=timeout)
         return PendingTask(self, fut, pgid_path, timeout)
 
