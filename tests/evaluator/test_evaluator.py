@@ -184,6 +184,29 @@ def test_a_pool_broken_by_a_worker_ending_between_tasks_is_replaced(eval_cfg, ti
         assert ev._pool.active
 
 
+def test_scripts_aborted_by_a_broken_pool_are_evaluated_again(eval_cfg, timing_cfg, mm256):
+    """A worker that dies holding the lock pebble's workers share (``exit-holding-channel-lock``) leaves the next worker
+    unable to fetch a task; it gives up (after 2 s with test hooks, 60 s otherwise) and pebble aborts every waiting task
+    as its pool breaks.  The script that waited is evaluated again on a new pool, not judged by the break."""
+    from little_dragon.evaluator.pool import Evaluator
+
+    def rows(split: int):  # a valid schedule no other test evaluates
+        def edit(sch):
+            i, _, _ = sch.get_loops(sch.get_sblock("C"))
+            outer, _ = sch.split(i, [None, split])
+            sch.parallel(outer)
+        return schedule(mm256, edit)
+
+    cfg = dataclasses.replace(eval_cfg, pool_size=1, cache_path="")
+    with Evaluator(LLVM, cfg, timing_cfg, test_hooks=True) as ev:
+        t0 = time.perf_counter()
+        hooked, waited = ev.evaluate_batch([EvalRequest(mm256, "#dragon-test: exit-holding-channel-lock"),
+                                            EvalRequest(mm256, rows(2))])
+        assert hooked.category == "runtime_error" and "worker died" in hooked.message, hooked.message
+        assert waited.category == "correct" and not waited.cached, waited.message
+        assert time.perf_counter() - t0 < 90
+
+
 def test_hooks_are_inert_without_the_test_flag(eval_cfg, timing_cfg):
     from little_dragon.evaluator.pool import Evaluator
 

@@ -252,15 +252,24 @@ class Evaluator:
                 pending[key] = (fut, t0, canonical, w, task)
             slots.append(key)
         done: dict[str, tuple[dict, float]] = {}
-        for key, (fut, t0, canonical, w, task) in pending.items():
-            raw = self._collect(fut)
-            if raw.get("broken_pool"):  # not this script's doing: once more, on a new pool
-                self._ensure_pool()
-                raw = self._collect(self._pool.schedule(worker.evaluate, args=(task,), timeout=self._task_timeout))
-            done[key] = (raw, time.perf_counter() - t0)
-            if self.cache is not None and raw.get("category") in DETERMINISTIC and not raw.get("crashed") \
-                    and not canonical.startswith(worker.TEST_HOOK_PREFIX):
-                self.cache.put(key, w.key, self.target, self.device, canonical, raw)
+        futures = {key: fut for key, (fut, *_) in pending.items()}
+        for again in (False, True):
+            aborted = []
+            for key, fut in futures.items():
+                raw = self._collect(fut)
+                if raw.get("broken_pool") and not again:  # not this script's doing: once more, on a new pool
+                    aborted.append(key)
+                    continue
+                t0, canonical, w, _ = pending[key][1:]
+                done[key] = (raw, time.perf_counter() - t0)
+                if self.cache is not None and raw.get("category") in DETERMINISTIC and not raw.get("crashed") \
+                        and not canonical.startswith(worker.TEST_HOOK_PREFIX):
+                    self.cache.put(key, w.key, self.target, self.device, canonical, raw)
+            if not aborted:
+                break
+            self._ensure_pool()  # every aborted script at once: their builds run in parallel again
+            futures = {key: self._pool.schedule(worker.evaluate, args=(pending[key][4],), timeout=self._task_timeout)
+                       for key in aborted}
         return [s if not isinstance(s, str) else (done[s][0], False, done[s][1]) for s in slots]
 
     def _collect(self, fut: Any) -> dict:

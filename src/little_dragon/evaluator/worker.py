@@ -61,6 +61,10 @@ def init_worker(cfg: Any, timing_cfg: Any, target: dict, phase_dir: str, test_ho
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)      # Ctrl-C is the caller's business
     signal.signal(signal.SIGALRM, signal.SIG_DFL)     # the watchdog terminates, whatever C++ is doing
+    if test_hooks:  # a worker waits this long for pebble's channel lock before giving up (60 s): tests wait less
+        from pebble.common.types import CONSTS
+
+        CONSTS.channel_lock_timeout = 2.0
     kind = target["kind"]
     if cfg.memory_limit_gb > 0 and kind != "cuda":
         limit = int(cfg.memory_limit_gb * (1 << 30))
@@ -189,6 +193,13 @@ def evaluate(task: dict) -> dict:
 
         threading.Timer(0.3, os._exit, (LEFT_EXIT_CODE,)).start()
         return {"category": "runtime_error", "phase": "run", "message": "test hook exit-after-task", "phase_s": {}}
+    if _S.test_hooks and task.get("hook") == "exit-holding-channel-lock":  # as a worker dying inside pebble's code
+        import gc
+
+        from pebble.pool.channel import WorkerChannel
+
+        next(o for o in gc.get_objects() if isinstance(o, WorkerChannel)).mutex.acquire()
+        os._exit(LEFT_EXIT_CODE)
     try:
         return _evaluate(task)
     finally:
