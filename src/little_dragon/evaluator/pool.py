@@ -133,6 +133,16 @@ class Evaluator:
                 pass
             self._start_pool()
 
+    def _schedule(self, fn: Any, task: dict) -> Any:
+        """``fn(task)`` on the pool, on a new one if pebble's broke (also between ``_ensure_pool`` and now: a worker of
+        the last batch may end while this one is being sent)."""
+        self._ensure_pool()
+        try:
+            return self._pool.schedule(fn, args=(task,), timeout=self._task_timeout)
+        except RuntimeError:  # pebble's "Unexpected error within the Pool": it broke just now
+            self._ensure_pool()
+            return self._pool.schedule(fn, args=(task,), timeout=self._task_timeout)
+
     @property
     def protocol(self) -> str:
         """What makes a cached result stale: the timing protocol, tolerances, the roofline guard."""
@@ -217,7 +227,6 @@ class Evaluator:
         """(raw result, from cache, seconds) per (workload, script); identical scripts evaluated once."""
         slots: list[Any] = []
         pending: dict[str, tuple[Any, float, str, _Workload, dict]] = {}
-        self._ensure_pool()
         for w, script in items:
             t0 = time.perf_counter()
             hook, lines = None, None
@@ -248,8 +257,7 @@ class Evaluator:
                         "bound_s": self.roofline_bound_s(w), "roofline_slack": self.cfg.roofline_slack,
                         "script": script if hook is None else "", "lines": lines if hook is None else None,
                         "stop_after": self.stop_after}
-                fut = self._pool.schedule(worker.evaluate, args=(task,), timeout=self._task_timeout)
-                pending[key] = (fut, t0, canonical, w, task)
+                pending[key] = (self._schedule(worker.evaluate, task), t0, canonical, w, task)
             slots.append(key)
         done: dict[str, tuple[dict, float]] = {}
         futures = {key: fut for key, (fut, *_) in pending.items()}
@@ -267,9 +275,8 @@ class Evaluator:
                     self.cache.put(key, w.key, self.target, self.device, canonical, raw)
             if not aborted:
                 break
-            self._ensure_pool()  # every aborted script at once: their builds run in parallel again
-            futures = {key: self._pool.schedule(worker.evaluate, args=(pending[key][4],), timeout=self._task_timeout)
-                       for key in aborted}
+            # every aborted script at once, on a new pool: their builds run in parallel again
+            futures = {key: self._schedule(worker.evaluate, pending[key][4]) for key in aborted}
         return [s if not isinstance(s, str) else (done[s][0], False, done[s][1]) for s in slots]
 
     def _collect(self, fut: Any) -> dict:
@@ -328,7 +335,6 @@ class Evaluator:
     def _fill_baselines(self, workloads: list[_Workload], raws: list[tuple[dict, bool, float]]) -> None:
         need = {w.key: w for w, (raw, _, _) in zip(workloads, raws) if raw.get("category") == "correct"}
         futures = {}
-        self._ensure_pool()
         for key, w in need.items():
             if key in self._baselines:
                 continue
@@ -338,8 +344,7 @@ class Evaluator:
                 self._baselines[key] = hit
                 continue
             task = {"workload_key": key, "workload_script": w.script}
-            futures[key] = (bkey, self._pool.schedule(worker.measure_workload_baseline, args=(task,),
-                                                      timeout=self._task_timeout))
+            futures[key] = (bkey, self._schedule(worker.measure_workload_baseline, task))
         for key, (bkey, fut) in futures.items():
             try:
                 b = fut.result()
