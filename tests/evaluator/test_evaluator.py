@@ -131,25 +131,27 @@ def test_hanging_and_crashing_evaluations_are_contained(evaluator, mm256, tuned_
     assert again.category == "correct", again.message
 
 
+def parallel_rows(mod, split: int) -> str:
+    """A valid schedule of ``mod`` (a matmul) that only the containment tests evaluate: never answered from the cache."""
+    def edit(sch):
+        i, _, _ = sch.get_loops(sch.get_sblock("C"))
+        outer, _ = sch.split(i, [None, split])
+        sch.parallel(outer)
+    return schedule(mod, edit)
+
+
 def test_a_worker_leaves_after_a_device_error_and_its_verdict_is_kept(evaluator, mm256):
     """After a run-time error that may have broken its device context (a CUDA kernel's illegal address: sticky, and
     thrown again from the kernel's buffers' destructors), the worker hands its result over through the phase
     directory and leaves without running a destructor; the pool reports that result and replaces the worker, so the
     scripts after it are judged by a sound worker.  The ``device-error`` hook raises CUDA's message from the run."""
-    def parallel_rows(split: int):  # valid schedules no other test evaluates (never answered from the cache)
-        def edit(sch):
-            i, _, _ = sch.get_loops(sch.get_sblock("C"))
-            outer, _ = sch.split(i, [None, split])
-            sch.parallel(outer)
-        return schedule(mm256, edit)
-
     def workers() -> set[str]:  # each live worker keeps its phase file, named by its pid
         return {p.name for p in Path(evaluator._phase_dir).iterdir() if p.name.isdigit()}
 
     before = workers()
     bad, ok1, ok2 = evaluator.evaluate_batch([EvalRequest(mm256, "#dragon-test: device-error"),
-                                              EvalRequest(mm256, parallel_rows(8)),
-                                              EvalRequest(mm256, parallel_rows(16))])
+                                              EvalRequest(mm256, parallel_rows(mm256, 8)),
+                                              EvalRequest(mm256, parallel_rows(mm256, 16))])
     assert bad.category == "runtime_error" and bad.phase == "run", bad.message
     assert "cudaErrorIllegalAddress" in bad.message and "worker replaced" in bad.message, bad.message
     assert ok1.category == "correct" and ok2.category == "correct", (ok1.message, ok2.message)
@@ -164,13 +166,6 @@ def test_a_pool_broken_by_a_worker_ending_between_tasks_is_replaced(eval_cfg, ti
     its worker ends 0.3 s later, while the pool is idle."""
     from little_dragon.evaluator.pool import Evaluator
 
-    def rows(split: int):  # a valid schedule no other test evaluates
-        def edit(sch):
-            i, _, _ = sch.get_loops(sch.get_sblock("C"))
-            outer, _ = sch.split(i, [None, split])
-            sch.parallel(outer)
-        return schedule(mm256, edit)
-
     cfg = dataclasses.replace(eval_cfg, pool_size=1, cache_path="")
     with Evaluator(LLVM, cfg, timing_cfg, test_hooks=True) as ev:
         hooked = ev.evaluate(mm256, "#dragon-test: exit-after-task")
@@ -179,7 +174,7 @@ def test_a_pool_broken_by_a_worker_ending_between_tasks_is_replaced(eval_cfg, ti
         while ev._pool.active and time.time() < deadline:
             time.sleep(0.2)
         assert not ev._pool.active  # what pebble does; the case this test is about
-        after = ev.evaluate(mm256, rows(4))
+        after = ev.evaluate(mm256, parallel_rows(mm256, 4))
         assert after.category == "correct" and not after.cached, after.message
         assert ev._pool.active
 
@@ -190,18 +185,11 @@ def test_scripts_aborted_by_a_broken_pool_are_evaluated_again(eval_cfg, timing_c
     as its pool breaks.  The script that waited is evaluated again on a new pool, not judged by the break."""
     from little_dragon.evaluator.pool import Evaluator
 
-    def rows(split: int):  # a valid schedule no other test evaluates
-        def edit(sch):
-            i, _, _ = sch.get_loops(sch.get_sblock("C"))
-            outer, _ = sch.split(i, [None, split])
-            sch.parallel(outer)
-        return schedule(mm256, edit)
-
     cfg = dataclasses.replace(eval_cfg, pool_size=1, cache_path="")
     with Evaluator(LLVM, cfg, timing_cfg, test_hooks=True) as ev:
         t0 = time.perf_counter()
         hooked, waited = ev.evaluate_batch([EvalRequest(mm256, "#dragon-test: exit-holding-channel-lock"),
-                                            EvalRequest(mm256, rows(2))])
+                                            EvalRequest(mm256, parallel_rows(mm256, 2))])
         assert hooked.category == "runtime_error" and "worker died" in hooked.message, hooked.message
         assert waited.category == "correct" and not waited.cached, waited.message
         assert time.perf_counter() - t0 < 90
