@@ -109,13 +109,18 @@ def test_broken_evaluator_is_restarted_and_bad_workloads_score_none(reward, kern
     from little_dragon.codec import canonical_json
     from little_dragon.evaluator.script import encode_script
 
-    sch = Schedule(from_source(kernel["tvmscript"]))
-    i, j, k = sch.get_loops(sch.get_sblock("C"))
-    sch.split(j, [None, 8])
-    fresh = encode_script(canonical_json(sch.trace.as_json(remove_postproc=False)))  # not in the cache: needs the pool
+    def fresh(split: int) -> str:  # not in the cache: needs the pool
+        sch = Schedule(from_source(kernel["tvmscript"]))
+        _, j, _ = sch.get_loops(sch.get_sblock("C"))
+        sch.split(j, [None, split])
+        return encode_script(canonical_json(sch.trace.as_json(remove_postproc=False)))
+
     before = reward.restarts
-    reward.evaluator._pool.stop()   # the pool dies under the trainer
-    [r] = _score(reward, kernel, [(fresh, "construction", "")])
+    reward.evaluator._pool.stop()   # the pool dies under the trainer: the evaluator starts a new one by itself
+    [r] = _score(reward, kernel, [(fresh(8), "construction", "")])
+    assert r.category == "correct" and not r.cached and reward.restarts == before, r.message
+    reward.evaluator.close()        # an evaluator that cannot heal (closed under the trainer): the reward restarts it
+    [r] = _score(reward, kernel, [(fresh(4), "construction", "")])
     assert r.category == "correct" and not r.cached and reward.restarts == before + 1, r.message
     out = reward.score([kernel["fast"], kernel["fast"]], ["not tvmscript", kernel["tvmscript"]],
                        ["construction"] * 2, ["", ""])
