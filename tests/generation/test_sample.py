@@ -71,3 +71,24 @@ def test_continuous_batching_without_forks_repeats_each_prompt(tiny_lm, monkeypa
 
     greedy = sample_scripts(model, tok, prompts, 6, 0.0)
     assert sample.sample_continuous(model, tok, prompts, 3, 6, 1e-6) == [[g] * 3 for g in greedy]
+
+
+def test_generation_seed_decides_the_attempts_unless_the_caller_brings_one(tiny_lm):
+    """``generation.seed`` seeds the sampling where the caller passes no seed (``dragon optimize``); a caller's own
+    seed (the sealed evaluation's ``evaluation.seed``) wins. Before, ``generation.seed`` was read by nothing: every
+    seed gave the attempts of seed 0."""
+    from little_dragon.generation.config import GenerationConfig
+    from little_dragon.generation.sample import LocalGenerator, generate_attempts
+
+    model, tok = tiny_lm
+
+    def attempts(seed: int, caller_seed: int | None = None) -> list[list[str]]:
+        cfg = GenerationConfig(max_new_tokens=6, temperature=1.0, seed=seed)
+        gen = LocalGenerator(None, cfg, model=model, tokenizer=tok)
+        return generate_attempts(gen, ["sch blk matmul", "x"], 4, seed=caller_seed).scripts
+
+    one = attempts(1)
+    assert [len(a) for a in one] == [4, 4]
+    assert attempts(1) == one
+    assert attempts(2) != one            # a random 2-layer model at temperature 1: other seeds, other attempts
+    assert attempts(2, caller_seed=1) == one

@@ -37,6 +37,8 @@ class GenerationConfig:
     cpu_threads: int = field(0, help="torch threads on CPU; 0: the cores other processes leave free when the "
                                      "model loads (config.free_cpu_cores: one on a busy 2-core machine, where two "
                                      "threads wait for each other).")
-    seed: int = field(0, help="Seed of the sampling RNG (the same seed gives the same attempts).")
+    seed: int = field(0, help="Seed of the sampling RNG (the same seed gives the same attempts) where the caller "
+                              "brings none: `dragon optimize`. The sealed evaluation samples with evaluation.seed "
+                              "(part of its protocol).")
     request_timeout_s: float = field(120.0, help="OpenAI-compatible endpoints: timeout of one chat request.")
     few_shot: int = field(3, help="OpenAI-compatible endpoints: training examples in the system prompt.")

@@ -166,11 +166,15 @@ def open_generator(spec: str | ModelSource, cfg: GenerationConfig | None = None,
     return LocalGenerator(src, cfg, logits_processor_factory)
 
 
-def generate_attempts(gen: Generator, prompts: list[str], k: int, seed: int = 0,
+def generate_attempts(gen: Generator, prompts: list[str], k: int, seed: int | None = None,
                       chunk: int | None = None) -> GenerationResult:
-    """``k`` attempts for each prompt; progress is logged per chunk of prompts."""
+    """``k`` attempts for each prompt; progress is logged per chunk of prompts.  Sampled with ``seed``, else the
+    generator's ``generation.seed`` (``dragon optimize``; the sealed evaluation passes ``evaluation.seed``, part
+    of its protocol)."""
     import torch
 
+    if seed is None:
+        seed = getattr(getattr(gen, "cfg", None), "seed", 0)
     torch.manual_seed(seed)
     chunk = chunk or max(1, getattr(getattr(gen, "cfg", None), "batch_size", 32) // max(k, 1)) * 4
     t0 = time.perf_counter()
