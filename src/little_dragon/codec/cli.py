@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+from little_dragon.tvmx.schedule import fresh_schedule
+
 def add_parser(sub) -> None:
     p = sub.add_parser("codec", help="the trace codec: scripts <-> MetaSchedule trace JSON")
     csub = p.add_subparsers(dest="codec_command", required=True, metavar="ACTION")
@@ -124,7 +126,6 @@ def main(args: argparse.Namespace) -> int:
         except CodecError as e:
             raise UserError(f"{args.script}: {e}") from e
         if mod is not None:
-            from tvm.s_tir import Schedule
 
             from little_dragon.codec.apply import apply_json
 
@@ -133,7 +134,7 @@ def main(args: argparse.Namespace) -> int:
 
                 import_tensor_intrinsics()
             try:
-                apply_json(trace_json, Schedule(mod), lines, text)
+                apply_json(trace_json, fresh_schedule(mod), lines, text)
             except CodecError as e:
                 print(f"dragon codec decode: {args.script}: workload {args.workload}: {e}", file=sys.stderr)
                 return 1

@@ -12,6 +12,7 @@ import dataclasses
 import os
 from typing import Any, Callable, Iterator
 
+from little_dragon.tvmx.schedule import fresh_schedule
 from little_dragon.tvmx.target import CUDA_H200
 
 LLVM_TARGET: dict[str, Any] = {"kind": "llvm", "num-cores": 2}
@@ -150,10 +151,10 @@ class DesignSpaces:
 
     def sample(self, space: int, seed: int) -> SampledTrace:
         """Replay design space ``space`` with fresh decisions (seeded), then enter postproc and run them."""
-        from tvm.s_tir import Schedule, Trace
+        from tvm.s_tir import Trace
 
         design = self.spaces[space % len(self.spaces)]
-        sch = Schedule(self.mod, seed=seed + 1)  # TVM seeds start at 1
+        sch = fresh_schedule(self.mod, seed=seed + 1)  # TVM seeds start at 1
         Trace(design.insts, {}).apply_to_schedule(sch, remove_postproc=True)
         sch.enter_postproc()
         ok = all(p.apply(sch) for p in self.postprocs)

@@ -21,6 +21,7 @@ from typing import Any
 from little_dragon.codec.canonical import canonical_json, dumps, index_maps_indented
 from little_dragon.codec.errors import ApplyError
 from little_dragon.tvmx.postprocs import needs_tensor_intrinsics  # noqa: F401  (re-exported: codec API)
+from little_dragon.tvmx.schedule import fresh_schedule
 
 
 class DeriveError(Exception):
@@ -58,7 +59,7 @@ class PostprocContext:
         return self._cache[key]
 
     def _run(self, pre_json: list) -> list:
-        from tvm.s_tir import Schedule, Trace
+        from tvm.s_tir import Trace
 
         if needs_tensor_intrinsics(pre_json):
             from little_dragon.tvmx.build import import_tensor_intrinsics
@@ -67,7 +68,7 @@ class PostprocContext:
         from little_dragon.tvmx.postprocs import PostprocRejected, run_postprocs
 
         postprocs = self.postprocs()
-        sch = Schedule(self.mod, debug_mask=0)
+        sch = fresh_schedule(self.mod, debug_mask=0)  # self.mod serves every script of the workload
         try:
             Trace.apply_json_to_schedule(pre_json, sch)
         except Exception as e:  # noqa: BLE001 - any TVM error: the script before `post *` does not apply
@@ -102,11 +103,10 @@ class PostprocContext:
         if not isinstance(got, DeriveError):
             return json.loads(dumps(got))  # a fresh copy: callers may mutate it
         if str(got).startswith("the script before"):
-            from tvm.s_tir import Schedule
 
             from little_dragon.codec.apply import apply_json
 
-            apply_json(pre_json, Schedule(self.mod, debug_mask=0), lines, text)  # raises, naming the instruction
+            apply_json(pre_json, fresh_schedule(self.mod, debug_mask=0), lines, text)  # raises, naming the instruction
         raise ApplyError(f"`post *`: {got}", line=post_line, instruction="post *", reason=str(got))
 
 

@@ -14,6 +14,7 @@ from little_dragon.codec.canonical import first_difference
 from little_dragon.codec.errors import CodecError
 from little_dragon.codec.postproc import needs_tensor_intrinsics
 from little_dragon.codec.script import decode, encode
+from little_dragon.tvmx.schedule import fresh_schedule
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
@@ -43,20 +44,20 @@ def check_record(trace_json: Any, mod: Any = None, workload: str = "", record: i
         return res
     if structural and mod is not None:
         import tvm
-        from tvm.s_tir import Schedule, Trace
+        from tvm.s_tir import Trace
 
         if needs_tensor_intrinsics(trace_json):
             from little_dragon.tvmx.build import import_tensor_intrinsics
 
             import_tensor_intrinsics()
-        ref = Schedule(mod, debug_mask=0)
+        ref = fresh_schedule(mod, debug_mask=0)
         try:
             Trace.apply_json_to_schedule(trace_json, ref)
         except Exception as e:  # noqa: BLE001 - TVM's own trace must apply; say so if it does not
             res.error = f"TVM's own trace does not apply to the workload: {str(e).strip().splitlines()[-1][:300]}"
             return res
         res.trace_str = str(ref.trace)
-        new = Schedule(mod, debug_mask=0)
+        new = fresh_schedule(mod, debug_mask=0)
         try:
             apply(res.text, new)
         except CodecError as e:

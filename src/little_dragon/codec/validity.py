@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from little_dragon.tvmx.schedule import fresh_schedule
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -32,7 +34,6 @@ def first_line(e: BaseException) -> str:
 def check_module_script(text: str, mod: Any, context: Any = None, schedule: Any = None) -> Verdict:
     """Decode ``text`` and apply it to a fresh schedule of ``mod`` (``context``: the ``post *`` context;
     ``schedule``: that fresh schedule, given by a caller that inspects the result, else made here)."""
-    from tvm import s_tir
 
     from little_dragon.codec import SyntaxOnlyContext, apply, decode
 
@@ -43,7 +44,7 @@ def check_module_script(text: str, mod: Any, context: Any = None, schedule: Any 
     if not insts:  # the empty trace applies to anything; a model that writes nothing has not written a script
         return Verdict(True, False, "empty: the script has no instructions")
     try:
-        apply(text, s_tir.Schedule(mod) if schedule is None else schedule, context)
+        apply(text, fresh_schedule(mod) if schedule is None else schedule, context)
     except Exception as e:  # noqa: BLE001 - ApplyError; TVM's own errors are wrapped by the codec
         return Verdict(True, False, f"apply: {first_line(e)}")
     return Verdict(True, True)

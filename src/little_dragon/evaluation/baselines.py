@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from little_dragon.evaluation.prompts import EvalPrompt, same_target
+from little_dragon.tvmx.schedule import fresh_schedule
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ def random_design_space_scripts(tvmscript: str, target: dict[str, Any], k: int, 
     """``k`` codec scripts of random valid schedules from the workload's design space (fewer if the space
     yields fewer valid samples in ``8 k`` tries)."""
     import tvm
-    from tvm.s_tir import Schedule, Trace
+    from tvm.s_tir import Trace
     from tvm.s_tir import meta_schedule as ms
 
     from little_dragon import codec
@@ -48,7 +49,7 @@ def random_design_space_scripts(tvmscript: str, target: dict[str, Any], k: int, 
         if len(out) == k or not spaces:
             break
         design = spaces[rng.randrange(len(spaces))]
-        sch = Schedule(mod, seed=rng.randrange(1, 1 << 30))
+        sch = fresh_schedule(mod, seed=rng.randrange(1, 1 << 30))
         try:
             Trace(design.insts, {}).apply_to_schedule(sch, remove_postproc=True)
             sch.enter_postproc()

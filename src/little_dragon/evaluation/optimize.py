@@ -15,6 +15,7 @@ from little_dragon.errors import UserError
 from little_dragon.generation.config import GenerationConfig
 from little_dragon.generation.sample import Generator, generate_attempts, open_generator
 from little_dragon.tvmx import target as tgt
+from little_dragon.tvmx.schedule import fresh_schedule
 
 
 @dataclasses.dataclass
@@ -53,11 +54,10 @@ def load_kernel(kernel: str) -> tuple[dict[str, Any], Any]:
 
 
 def scheduled_module(mod: Any, script: str, target: dict[str, Any]) -> Any:
-    from tvm import s_tir
 
     from little_dragon import codec
 
-    sch = s_tir.Schedule(mod)
+    sch = fresh_schedule(mod)
     codec.apply(script, sch, context=codec.PostprocContext(mod, tgt.make(target)))
     return sch.mod
 

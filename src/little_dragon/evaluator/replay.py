@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from little_dragon.tvmx.schedule import fresh_schedule
+
 LAYOUT_REWRITE_NOTE = ("layout-rewritten weight (RewriteLayout): correctness checked on the original layout, "
                        "timing on the pre-transformed weight, as MetaSchedule measures it")
 
@@ -62,12 +64,11 @@ def code_hash(rt_mod: Any) -> str:
 def empty_script_code_hash(mod: Any, procs: list, target: Any) -> str | None:
     """``code_hash`` of what an empty script gives (the post-processors alone); None if they reject it or
     it does not build."""
-    from tvm.s_tir import Schedule
 
     from little_dragon.tvmx.build import fast_build
     from little_dragon.tvmx.postprocs import PostprocRejected, run_postprocs
 
-    sch = Schedule(mod, debug_mask=0)
+    sch = fresh_schedule(mod, debug_mask=0)
     try:
         run_postprocs(sch, procs)
         return code_hash(fast_build(sch.mod, target))
@@ -90,7 +91,7 @@ def _check_written_post(sch: Any, mod: Any, trace_json: list, pre_len: int, writ
     """The written section must be what the post-processors produced: the same instructions, or at least
     (IndexMaps serialise with spans and variable names) a replay that yields the very same module."""
     import tvm_ffi
-    from tvm.s_tir import Schedule, Trace
+    from tvm.s_tir import Trace
 
     from little_dragon.codec.canonical import canonical_json, dumps, first_mismatch, index_maps_parsed
 
@@ -101,7 +102,7 @@ def _check_written_post(sch: Any, mod: Any, trace_json: list, pre_len: int, writ
         return
     if len(derived) == len(written):
         try:
-            whole = Schedule(mod, debug_mask=0)
+            whole = fresh_schedule(mod, debug_mask=0)
             Trace.apply_json_to_schedule(trace_json, whole)
             if tvm_ffi.structural_equal(whole.mod, sch.mod):
                 return
@@ -118,14 +119,15 @@ def replay(mod: Any, trace_json: list, procs: list, *, lines: list[int] | None =
            on_phase: Any = None) -> Replayed:
     """Schedule ``mod`` with ``trace_json`` as tuning would; raises ReplayFailure with its category."""
     import tvm_ffi
-    from tvm.s_tir import Schedule
 
     from little_dragon.codec.apply import apply_json
     from little_dragon.codec.errors import ApplyError
     from little_dragon.tvmx.postprocs import PostprocRejected, run_postprocs, split_postproc
 
     pre, written = split_postproc(trace_json)
-    sch = Schedule(mod, debug_mask=0)  # as MetaSchedule's trace replay: no per-primitive self-checks
+    # a schedule of a private copy: TVM may write into the module it schedules (tvmx/schedule.py), and the worker
+    # keeps ``mod`` for the workload's next scripts
+    sch = fresh_schedule(mod, debug_mask=0)  # as MetaSchedule's trace replay: no per-primitive self-checks
     try:
         apply_json(pre, sch, lines, text)
     except ApplyError as e:

@@ -33,6 +33,7 @@ from typing import Any
 
 from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleState, extend, live_state,
                                                      nested_thread_bindings, replay)
+from little_dragon.tvmx.schedule import fresh_schedule
 
 TIMEOUT_S = 120.0  # one request: a line's apply takes milliseconds, a cut attempt's post-processing seconds at most
 
@@ -122,14 +123,13 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
 
     ``key``: the workload's cache key in this process's live schedules (``prefix_facts``): the no-op test then reads
     the schedule the constraint already applied the lines to, instead of applying them again."""
-    from tvm import s_tir
 
     from little_dragon.codec.validity import check_module_script
     from little_dragon.tvmx.build import lower_for_target
     from little_dragon.tvmx.postprocs import as_target
 
     try:
-        sch = s_tir.Schedule(mod)
+        sch = fresh_schedule(mod)
         verdict = check_module_script(text, mod, post_context, schedule=sch)
         if not verdict.valid:
             return verdict.error
@@ -160,12 +160,11 @@ def _lowers_as_empty(mod: Any, post_context: Any, lowered: tuple, target: Any) -
     post-processors alone).  The judge compares generated code; equal lowered modules (structurally) give equal code,
     so this refuses a subset of what the judge calls a no-op."""
     import tvm_ffi
-    from tvm import s_tir
 
     from little_dragon.tvmx.build import lower_for_target
     from little_dragon.tvmx.postprocs import run_postprocs
 
-    empty = s_tir.Schedule(mod, debug_mask=0)
+    empty = fresh_schedule(mod, debug_mask=0)
     try:
         run_postprocs(empty, post_context.postprocs())
         host, devices = lower_for_target(empty.mod, target)
@@ -181,7 +180,6 @@ def _schedules_nothing(mod: Any, post_context: Any, text: str, key: Any = None) 
     schedule of those lines where this process holds it (``key``), or the kernel the `post *` derivation left before
     post-processing (``PostprocContext.pre_module``), else they are applied to a fresh schedule."""
     import tvm_ffi
-    from tvm import s_tir
 
     from little_dragon.codec import apply
 
@@ -194,7 +192,7 @@ def _schedules_nothing(mod: Any, post_context: Any, text: str, key: Any = None) 
     pre = post_context.pre_module(decode(lines, SyntaxOnlyContext()))
     if pre is not None:  # the `post *` derivation the check just ran applied these lines
         return bool(tvm_ffi.structural_equal(pre, mod))
-    sch = s_tir.Schedule(mod)
+    sch = fresh_schedule(mod)
     apply(lines, sch, post_context)
     return bool(tvm_ffi.structural_equal(sch.mod, mod))
 

@@ -15,6 +15,8 @@ import json
 import random
 from typing import Any
 
+from little_dragon.tvmx.schedule import fresh_schedule
+
 # corpus workloads (llvm design spaces) -> the workload family they belong to
 FAMILIES = {
     "matmul_64": "dense",
@@ -31,7 +33,6 @@ def workload_scripts(name: str, n: int, seed: int) -> tuple[Any, list[str]]:
 
     Only traces every post-processor accepted are kept, and each script is checked to decode back to the
     exact trace JSON and to apply to a fresh schedule, as the dataset builder checks harvested ones."""
-    from tvm import s_tir
 
     from little_dragon import codec
     from little_dragon.codec.corpus import DesignSpaces
@@ -49,7 +50,7 @@ def workload_scripts(name: str, n: int, seed: int) -> tuple[Any, list[str]]:
             continue
         if json.dumps(codec.decode(text)) != json.dumps(trace_json):  # canonical form, as the builder checks
             raise AssertionError(f"corpus workload {name}: codec round trip changed sampled trace {attempt}")
-        codec.apply(text, s_tir.Schedule(spaces.mod))
+        codec.apply(text, fresh_schedule(spaces.mod))
         scripts.append(text)
         if len(scripts) == n:
             break

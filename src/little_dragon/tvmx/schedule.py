@@ -1,0 +1,39 @@
+"""Schedules that leave the module they start from as it was.
+
+TVM 0.27's ``s_tir.Schedule(mod)`` may write into the nodes of ``mod`` itself, and a ``Schedule.copy()`` into the
+nodes of the schedule it was copied from: after an instruction that replaces the root block (``Annotate`` of the
+root, as the model writes `ann <root> producer 1`), a later ``Split`` of a loop under a root that allocates buffers
+changed the caller's module in place (found in session 16's CPU sealed runs: a script that annotated the root, split a
+loop and then failed left the evaluator's cached workload with one loop more, and the next scripts of that workload
+in that worker were judged against it: 10 of 1,008 attempts called apply errors on lines that apply;
+``tests/tvmx/test_schedule.py`` has the case).  MetaSchedule never meets it: each of its candidates starts from
+a module of its own.
+
+So a module kept for reuse (the evaluator's per-worker workload cache, a prompt's workload in the constraint, the
+schedule a failed script is bisected from) is never scheduled itself: ``fresh_schedule`` schedules a deep copy
+(``private_copy``, ~3.6 ms for a sealed workload), and a kept module or schedule that was
+changed in place anyway (``fingerprint``: a structural hash, ~0.03 ms)."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def private_copy(mod: Any) -> Any:
+    """A deep copy of an IRModule: no node shared with ``mod`` (a JSON round trip)."""
+    import tvm
+
+    return tvm.ir.load_json(tvm.ir.save_json(mod))
+
+
+def fresh_schedule(mod: Any, **kwargs: Any) -> Any:
+    """``s_tir.Schedule`` of a private copy of ``mod`` (its keyword arguments as ``Schedule``'s)."""
+    from tvm.s_tir import Schedule
+
+    return Schedule(private_copy(mod), **kwargs)
+
+
+def fingerprint(mod: Any) -> int:
+    """A module's structural hash: equal while nothing changed it."""
+    import tvm_ffi
+
+    return int(tvm_ffi.structural_hash(mod))

@@ -1,0 +1,52 @@
+"""tvmx.schedule: TVM 0.27 writes into the module it schedules (after the root block is replaced); a schedule of a
+private copy leaves the module as it was. Real TVM objects only."""
+from __future__ import annotations
+
+
+def _two_blocks():
+    """A -> B -> C: B's buffer is allocated under the root block (as in every fused workload)."""
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((64, 256), name="A")
+    b = te.compute((64, 256), lambda i, j: a[i, j] * 2.0, name="B")
+    c = te.compute((64, 256), lambda i, j: b[i, j] + 1.0, name="C")
+    return tvm.IRModule({"main": te.create_prim_func([a, c])})
+
+
+def _annotate_root_then_split(sch) -> None:
+    sch.annotate(sch.get_sblock("root"), "meta_schedule.random_compute_producer", 1)
+    sch.split(sch.get_loops(sch.get_sblock("B"))[1], [8, 32])
+
+
+def test_tvm_writes_into_the_module_it_schedules():
+    """The case the helpers exist for (if a TVM upgrade stops doing this, this test says so: the helpers may stay)."""
+    from tvm.s_tir import Schedule
+
+    from little_dragon.tvmx.schedule import fingerprint
+
+    mod = _two_blocks()
+    before = fingerprint(mod)
+    _annotate_root_then_split(Schedule(mod, debug_mask=0))
+    assert fingerprint(mod) != before
+    # and through a copy of a schedule into the schedule it was copied from
+    parent = Schedule(_two_blocks(), debug_mask=0)
+    kept = fingerprint(parent.mod)
+    _annotate_root_then_split(parent.copy())
+    assert fingerprint(parent.mod) != kept
+
+
+def test_a_fresh_schedule_leaves_the_module_as_it_was():
+    import tvm_ffi
+
+    from little_dragon.tvmx.schedule import fingerprint, fresh_schedule, private_copy
+
+    mod = _two_blocks()
+    before = fingerprint(mod)
+    assert tvm_ffi.structural_equal(private_copy(mod), mod)
+    sch = fresh_schedule(mod, debug_mask=0)
+    _annotate_root_then_split(sch)
+    assert fingerprint(mod) == before
+    assert len(sch.get_loops(sch.get_sblock("B"))) == 3   # the schedule itself did change
+    again = fresh_schedule(mod, debug_mask=0)             # and the next one starts from the kernel as written
+    assert len(again.get_loops(again.get_sblock("B"))) == 2
