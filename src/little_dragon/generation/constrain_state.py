@@ -33,6 +33,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from little_dragon.tvmx.schedule import fingerprint, fresh_schedule
+
 
 @dataclasses.dataclass
 class ScheduleState:
@@ -62,6 +64,14 @@ class ScheduleState:
     # lowers to a kernel that leaves outputs unwritten (session 11's sealed wrong results); MetaSchedule binds one
     # axis on nested loops only at equal extents (cooperative fetch: the copy loops inside the block's own)
     loop_nested_axes: dict[int, frozenset[str]] = dataclasses.field(default_factory=dict)
+    # live blocks naming the function's root block (no scope above it): TVM's GetProducers, GetConsumers, ComputeAt,
+    # ReverseComputeAt, ReverseComputeInline, SampleComputeLocation, DecomposeReduction, PadEinsum and
+    # TransformBlockLayout refuse it (the CPU sealed runs of session 16: 31 of 76 first-pass rejections, most of them
+    # `cons`/`prods` of the root)
+    root_blocks: frozenset[int] = frozenset()
+    # live block ("b<k>") or loop ("l<k>") -> the annotation keys it carries: TVM's Unannotate refuses a key the
+    # block or loop does not have (session 16's CPU sealed runs: 7-11 of ~75 first-pass rejections, `unann b producer`)
+    annotations: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
 
 
 def _int(x: Any) -> int | None:
@@ -93,6 +103,7 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
     loops: dict[int, int | None] = {}
     loop_vars: dict[int, int] = {}  # live loop -> its loop variable's handle
     block_rvs: dict[int, Any] = {}
+    annotations: dict[str, frozenset[str]] = {}
     nb = nl = nv = 0
     if rvs is None:
         rvs = [rv for inst in sch.trace.insts for rv in inst.outputs]
@@ -102,6 +113,8 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
             blk = None if i in gone else _safe(lambda: get(sch, rv), None)
             if blk is not None:
                 blocks[nb], block_rvs[nb] = blk.name_hint, (rv, blk)
+                if blk.annotations:
+                    annotations[f"b{nb}"] = frozenset(str(key) for key in blk.annotations)
             else:
                 gone.add(i)
             nb += 1
@@ -110,15 +123,17 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
             if loop is not None:
                 loops[nl] = _int(loop.extent)
                 loop_vars[nl] = hash(loop.loop_var)
+                if loop.annotations:
+                    annotations[f"l{nl}"] = frozenset(str(key) for key in loop.annotations)
             else:
                 gone.add(i)
             nl += 1
         else:
             nv += 1
     # queries below add instructions to the trace; they come after the enumeration above
-    st = ScheduleState(blocks, loops, nv, [], {}, {}, {}, {}, {}, {})
+    st = ScheduleState(blocks, loops, nv, [], {}, {}, {}, {}, {}, {}, annotations=annotations)
     params = _param_buffers(sch)
-    not_inlinable = set()
+    not_inlinable, roots = set(), set()
     for k, (rv, blk) in block_rvs.items():
         st.n_loops_above[k] = _safe(lambda: _n_loops_above(sch, rv), -1)
         st.n_children[k] = _safe(lambda: len(_query(sch, _ffi_api.ScheduleGetChildBlocks, rv)), -1)
@@ -127,6 +142,7 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
             not_inlinable.add(k)
         if _safe(lambda: _ffi_api.ScheduleGetSRef(sch, rv).parent is None, False):
             not_inlinable.add(k)
+            roots.add(k)
             # the root block has no scope above it: TVM raises for its producers and consumers (a raised
             # error costs ~1-10 ms to format); the answer is the same "unknown"
             st.n_producers[k] = st.n_consumers[k] = -1
@@ -135,6 +151,7 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
         st.n_consumers[k] = _safe(lambda: len(_query(sch, _ffi_api.ScheduleGetConsumers, rv)), -1)
     st.block_names = _block_names(sch)
     st.not_inlinable = frozenset(not_inlinable)
+    st.root_blocks = frozenset(roots)
     if loop_vars:
         kinds, child, pinned, nested, _ = _loop_facts(sch)
         st.loop_iters = {k: kinds.get(h, "S") for k, h in loop_vars.items()}
@@ -315,17 +332,20 @@ class LiveSchedule:
     rvs: dict[str, Any]
     n_insts: int
     dead: set[int] = dataclasses.field(default_factory=set)  # positions in ``rvs`` known to be gone
+    # the structural hash of ``sch.mod`` when it was made: TVM may write into a schedule's nodes through a copy of it
+    # (tvmx/schedule.py), so ``extend`` checks it before building on this schedule
+    fingerprint: int | None = None
 
 
 def replay(mod: Any, trace_json: list) -> LiveSchedule:
     """``trace_json`` applied to a fresh schedule of ``mod`` (TVM's error propagates)."""
-    from tvm.s_tir import Schedule, Trace
+    from tvm.s_tir import Trace
 
-    sch = Schedule(mod, debug_mask=0)
+    sch = fresh_schedule(mod, debug_mask=0)  # ``mod`` is the prompt's workload, shared by its attempts
     Trace.apply_json_to_schedule(trace_json, sch)
     applied = list(sch.trace.insts)
     try:
-        return LiveSchedule(sch, _outputs(trace_json[0], applied), len(trace_json[0]))
+        return LiveSchedule(sch, _outputs(trace_json[0], applied), len(trace_json[0]), fingerprint=fingerprint(sch.mod))
     except RuntimeError:  # not one trace instruction per JSON one: facts from the trace, never extended
         return LiveSchedule(sch, {f"?{i}": rv for i, rv in enumerate(rv for inst in applied for rv in inst.outputs)}, -1)
 
@@ -364,6 +384,8 @@ def extend(live: LiveSchedule, json_insts: list, decisions: list) -> LiveSchedul
 
     if live.n_insts < 0:
         raise RuntimeError("this prefix's variables are not known by name")
+    if live.fingerprint is None or fingerprint(live.sch.mod) != live.fingerprint:
+        raise RuntimeError("the prefix's schedule was changed in place by an extension of it (tvmx/schedule.py)")
     sch = live.sch.copy()
     funcs = [gv.name_hint for gv in sch.mod.functions]
     if len(funcs) != 1:
@@ -414,7 +436,7 @@ def extend(live: LiveSchedule, json_insts: list, decisions: list) -> LiveSchedul
         raise RuntimeError(f"{len(trace_json[0])} instructions applied as {len(applied)}")
     rvs = dict(live.rvs)
     rvs.update(_outputs(trace_json[0][len(preamble):], applied[len(preamble):]))
-    return LiveSchedule(sch, rvs, live.n_insts + len(json_insts), set(live.dead))
+    return LiveSchedule(sch, rvs, live.n_insts + len(json_insts), set(live.dead), fingerprint(sch.mod))
 
 
 def live_state(live: LiveSchedule) -> ScheduleState:

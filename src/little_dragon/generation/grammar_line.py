@@ -135,11 +135,15 @@ def tiling_run(trace_json: list) -> tuple[tuple[int, ...], tuple[str, ...]] | No
     return (structure.count("S"), structure.count("R")), tuple(get[3])
 
 
-def _count_rule(name: str, mnemonic: str, counts: dict[int, int], loops: bool = False) -> list[str]:
+def _count_rule(name: str, mnemonic: str, counts: dict[int, int], loops: bool = False,
+                skip: frozenset[int] = frozenset()) -> list[str]:
     """``mnemonic b<k> N`` with N the block's real count (a query that failed keeps any count);
-    ``loops``: the instruction may name a loop instead (``kids l<k> N``), whose count stays free."""
+    ``loops``: the instruction may name a loop instead (``kids l<k> N``), whose count stays free; ``skip``: blocks
+    the instruction may not name (the root for `prods`/`cons`: TVM refuses it)."""
     alts, rules = [], []
     for k, n in sorted(counts.items()):
+        if k in skip:
+            continue
         r = f"{name}_b{k}"
         alts.append(r)
         rules.append(f'{r}: "b{k}" ' + (f'" {n}"' if n >= 0 else "COUNT"))
@@ -164,6 +168,69 @@ def _index_rule(name: str, mnemonic: str, counts: dict[int, int]) -> list[str]:
                  + ") name o_c?")
     if not alts:
         rules.append(f"NEVER{name.upper()}: {NEVER}")
+    return rules
+
+
+def _buffer_rules(state: ScheduleState) -> list[str]:
+    """[buffer indices] ``reindex b<k> r<i>|w<i>`` and ``layout b<k> r<i>|w<i> ..``: i below the block's reads
+    (writes); ``scope``/``setdtype``/``align b<k> i ..``: i below its writes (TVM's SetScope, UnsafeSetDType and
+    StorageAlign take a write buffer's index).  A block with no such buffer (the root) is not named."""
+    rules, bufs, writes = [], [], []
+    for k in sorted(state.blocks):
+        r, w = state.n_reads.get(k, 0), state.n_writes.get(k, 0)
+        if r + w > 0:
+            bufs.append(f"xbuf_b{k}")
+            rules.append(f'xbuf_b{k}: "b{k}" (' + " | ".join([f'" r{i}"' for i in range(r)] +
+                                                              [f'" w{i}"' for i in range(w)]) + ")")
+        if w > 0:
+            writes.append(f"xwrite_b{k}")
+            rules.append(f'xwrite_b{k}: "b{k}" (' + " | ".join(f'" {i}"' for i in range(w)) + ")")
+    rules.append("xbuf: " + (" | ".join(bufs) if bufs else "NEVERXBUF"))
+    rules.append("xwrite: " + (" | ".join(writes) if writes else "NEVERXWRITE"))
+    rules += [f"NEVERXBUF: {NEVER}", f"NEVERXWRITE: {NEVER}"]
+    for name in _BUFFER_KINDS:
+        rule = _fixed_form(_base_rule(name))
+        old = "BREF BUF" if " BUF" in rule else "BREF SINT"
+        if old not in rule:
+            raise ValueError(f"codec rule changed: {rule!r} has no {old!r} to narrow")
+        rules.append(rule.replace(old, "xbuf" if old.endswith("BUF") else "xwrite", 1))
+    return rules
+
+
+def key_forms(key: str) -> list[str]:
+    """Every way the codec's decoder reads as annotation key ``key`` (``codec.script``'s key field): its table
+    abbreviation, ``.rest`` for ``meta_schedule.rest``, the bare word (one that is no abbreviation), quoted."""
+    from little_dragon.codec.kinds import KEY_ABBREV, KEY_FULL, MS_KEY_PREFIX
+
+    forms = []
+    if key in KEY_ABBREV:
+        forms.append(KEY_ABBREV[key])
+    rest = key[len(MS_KEY_PREFIX):]
+    if key.startswith(MS_KEY_PREFIX) and _KEY_REST.match(rest):
+        forms.append("." + rest)
+    if NAME_RE.match(key) and key not in KEY_FULL:
+        forms.append(key)
+    forms.append(json.dumps(key))
+    return forms
+
+
+_KEY_REST = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
+
+
+def _unannotate_rules(state: ScheduleState) -> list[str]:
+    """[unannotate] ``unann <block or loop> <key>``: a key that block or loop carries (``state.annotations``),
+    in any form the decoder reads as it; TVM's Unannotate refuses any other."""
+    alts, rules = [], []
+    for ref, keys in sorted(state.annotations.items()):
+        live = state.blocks if ref[0] == "b" else state.loops
+        if int(ref[1:]) not in live or not keys:
+            continue
+        alts.append(f"unann_{ref}")
+        forms = [f for key in sorted(keys) for f in key_forms(key)]
+        rules.append(f'unann_{ref}: "{ref}" (' + " | ".join(json.dumps(" " + f) for f in forms) + ")")
+    rules.insert(0, 'k_unann: "unann" (' + (" | ".join(alts) if alts else "NEVERUNANN") + ")")
+    if not alts:
+        rules.append(f"NEVERUNANN: {NEVER}")
     return rules
 
 
@@ -230,15 +297,15 @@ _DECODER_RULES = [
     # [outputs] a count field is a count: 0..MAX_OUTPUTS (4096) outputs, never negative
     "COUNT: / (409[0-6]|40[0-8][0-9]|[1-3][0-9][0-9][0-9]|[1-9]?[0-9]?[0-9])/",
     'k_outblks: "outblks" ref_bl COUNT',
-    'k_loc: "loc" BREF decision?',
-    'k_atloc: "at" BREF decision',
+    'k_loc: "loc" BNROOT decision?',
+    'k_atloc: "at" BNROOT decision',
     "factor: NONE | SINT | VREF",
     r"SINT: / -?[0-9]+/",
     # [attribute values] an attribute (`pad b VALUE`, every option but `c=`) holds a literal, never a variable
     # ("a variable cannot be an attribute value"); [identifiers run together] a number after a variable starts
     # with its space: `pad b17 0412` would be read `b170412`, `[v1 2]` as `[v12]` (a narrowed variable list lets
     # the engine end `b17` where the decoder reads on); within a list every number after the first element
-    'k_pad: "pad" BREF (SINT | SFLOAT | STRING | SYM | NONE | TRUE | FALSE | llist)',
+    'k_pad: "pad" BNROOT (SINT | SFLOAT | STRING | SYM | NONE | TRUE | FALSE | llist)',
     "list: \"[\" (lelem lrest*)? \"]\"",
     "lelem: INT | FLOAT | STRING | WSYM | BREF | LREF | VREF | NONE | TRUE | FALSE | list",
     "lrest: SINT | SFLOAT | STRING | WSYM | BREF | LREF | VREF | NONE | TRUE | FALSE | list",
@@ -280,7 +347,8 @@ def _option_rules() -> list[str]:
 _REPLACED = ("start:", "k_blk:", "k_loops:", "k_kids:", "k_prods:", "k_cons:", "k_cread:", "k_cwrite:",
              "k_tile:", "k_cat:", "k_anncat:", "factor:", "decision:", "BREF:", "LREF:", "VREF:",
              "k_reorder:", "k_ptile:", "k_loc:", "k_atloc:", "k_pad:", "k_outblks:", "list:", "SYM:", "STRING:", "o_",
-             "k_par:", "k_vec:", "k_bind:", "k_split:", "k_fuse:", "k_inline:")
+             "k_par:", "k_vec:", "k_bind:", "k_split:", "k_fuse:", "k_inline:", "k_reindex:", "k_layout:",
+             "k_scope:", "k_setdtype:", "k_align:", "k_unann:")
 
 
 @functools.lru_cache(maxsize=1)
@@ -293,10 +361,7 @@ def _fixed_rules() -> str:
         # llguidance has no terminal priorities; Lark's FLOAT.2 only breaks ties that the parser state
         # (an integer, a float or a name is expected) already decides here
         line = re.sub(r"^([A-Z_]+)\.\d+:", r"\1:", line)
-        if line.startswith("k_"):
-            # every integer field of an instruction with its separating space (see the module docstring)
-            line = re.sub(r"\bINT\b", "SINT", line)
-        out.append(line)
+        out.append(_fixed_form(line))
     out += _DECODER_RULES
     out += _option_rules()
     # [candidate lists] a named list is one the codec knows ("unknown candidate list"); a cat without a decision
@@ -306,6 +371,28 @@ def _fixed_rules() -> str:
     out.append('k_anncat: "ann" ref_bl key "cat" catsel')
     out += _cat_rules()
     return "\n".join(out) + "\n"
+
+
+# [root block] the instructions TVM refuses on the function's root block ("The primitive does not operate on the root
+# block"; ``ScheduleState.root_blocks``): their block is a ``BNROOT``.  `inline` has its own narrowing (``BINLINE``),
+# `prods`/`cons` theirs (``_count_rule``), `loc`/`at b = k`/`pad` are among the decoder rules
+_NOT_ON_ROOT = ("k_at:", "k_rat:", "k_rinline:", "k_decomp:", "k_blayout:")
+
+
+def _fixed_form(line: str) -> str:
+    """A codec rule as every line grammar has it: every integer field of an instruction with its separating space
+    (see the module docstring); the block of an instruction TVM refuses on the root a ``BNROOT``."""
+    if line.startswith("k_"):
+        line = re.sub(r"\bINT\b", "SINT", line)
+    if line.startswith(_NOT_ON_ROOT):
+        line = line.replace("BREF", "BNROOT", 1)
+    return line
+
+
+# [buffer indices] the instructions that name a buffer of a block by its index in the block's reads or writes
+# (TVM: "The block ... has N write regions, so `buffer_index` is required to be in [0, N)"); `cread`/`cwrite` have
+# theirs in ``_index_rule``.  Syntax only, the codec's rules; with a schedule state, ``_buffer_rules``
+_BUFFER_KINDS = ("k_reindex", "k_layout", "k_scope", "k_setdtype", "k_align")
 
 
 def _base_rule(name: str) -> str:
@@ -326,7 +413,7 @@ def _narrowed(name: str, old: str, new: str) -> str:
 
 
 _SYNTAX_ONLY = "\n".join([
-    "BREF: /b[0-9]+/", "LREF: /l[0-9]+/", "VREF: /v[0-9]+/",
+    "BREF: /b[0-9]+/", "BNROOT: /b[0-9]+/", "LREF: /l[0-9]+/", "VREF: /v[0-9]+/",
     'k_blk: "blk" name o_fn?', 'k_loops: "loops" BREF COUNT', 'k_kids: "kids" ref_bl COUNT',
     'k_prods: "prods" BREF COUNT', 'k_cons: "cons" BREF COUNT', 'k_cread: "cread" BREF SINT name o_c?',
     'k_cwrite: "cwrite" BREF SINT name o_c?', 'k_tile: "tile" LREF o_m? pdecision'])
@@ -412,7 +499,8 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.n_writes.items())), tuple(sorted(state.loop_iters.items())),
             tuple(sorted(state.loop_child.items())), tuple(sorted(state.loop_pinned)),
             tuple(sorted(state.not_inlinable)),
-            tuple(sorted((k, tuple(sorted(v))) for k, v in state.loop_nested_axes.items())))
+            tuple(sorted((k, tuple(sorted(v))) for k, v in state.loop_nested_axes.items())),
+            tuple(sorted(state.root_blocks)), tuple(sorted((k, tuple(sorted(v))) for k, v in state.annotations.items())))
 
 
 def line_grammar(state: ScheduleState | None, first: bool = False, finished: bool = False,
@@ -606,9 +694,11 @@ def line_kinds(state: ScheduleState, reorder_derived: bool = True, tile_counts: 
 def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = (),
                     tile_loops: frozenset[int] = frozenset(), reorder_derived: bool = True) -> str:
     if state is None:
-        return "\n".join([_SYNTAX_ONLY, *(_base_rule(r) for r in _CODEC_AS_IS), _reorder_rule(reorder_derived)])
+        return "\n".join([_SYNTAX_ONLY, *(_base_rule(r) for r in _CODEC_AS_IS), _base_rule("k_unann"),
+                          *(_fixed_form(_base_rule(r)) for r in _BUFFER_KINDS), _reorder_rule(reorder_derived)])
     out: list[str] = []
     out.append("BREF: " + _alts([f"b{k}" for k in sorted(state.blocks)]))
+    out.append("BNROOT: " + _alts([f"b{k}" for k in sorted(state.blocks) if k not in state.root_blocks]))
     out.append("LREF: " + _alts([f"l{k}" for k in sorted(state.loops)]))
     out.append("VREF: " + _alts([f"v{k}" for k in range(state.n_values)]))
     names = []
@@ -620,10 +710,12 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     out.append("BLKNAME: " + _alts(names))
     out += _count_rule("k_loops", "loops", state.n_loops_above)
     out += _count_rule("k_kids", "kids", state.n_children, loops=True)
-    out += _count_rule("k_prods", "prods", state.n_producers)
-    out += _count_rule("k_cons", "cons", state.n_consumers)
+    out += _count_rule("k_prods", "prods", state.n_producers, skip=state.root_blocks)
+    out += _count_rule("k_cons", "cons", state.n_consumers, skip=state.root_blocks)
     out += _index_rule("k_cread", "cread", state.n_reads)
     out += _index_rule("k_cwrite", "cwrite", state.n_writes)
+    out += _buffer_rules(state)
+    out += _unannotate_rules(state)
     out += _tile_rules(state.loops, tile_counts, tile_loops, state.loop_iters)
     out += _parallel_rules(state)
     out += _split_fuse_rules(state)
