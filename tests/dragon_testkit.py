@@ -46,6 +46,16 @@ def add_tensors(n: int) -> list:
     return [x, y, te.compute((n, n), lambda i, j: x[i, j] + y[i, j], name="Z")]
 
 
+def two_block_tensors(rows: int = 64, cols: int = 256) -> list:
+    """A -> B -> C, two elementwise blocks: B's buffer is allocated under the root block (as in every fused workload),
+    the shape of TVM 0.27's in-place write (tests/tvmx/test_schedule.py). [A, C]."""
+    from tvm import te
+
+    a = te.placeholder((rows, cols), name="A")
+    b = te.compute((rows, cols), lambda i, j: a[i, j] * 2.0, name="B")
+    return [a, te.compute((rows, cols), lambda i, j: b[i, j] + 1.0, name="C")]
+
+
 def prim_module(tensors: list):
     """An IRModule whose one PrimFunc ``main`` computes ``tensors`` (as the workload store writes them)."""
     import tvm

@@ -126,17 +126,13 @@ def test_an_extension_that_writes_into_its_prefix_does_not_leak_into_the_next():
     give the facts of a fresh replay, never the kernel the other extension left."""
     import dataclasses
 
-    import tvm
-    from tvm import te
+    from dragon_testkit import prim_module, two_block_tensors
 
     from little_dragon.generation import constrained
     from little_dragon.generation.constrain_state import extend, live_state, replay
     from little_dragon.tvmx.schedule import fingerprint
 
-    a = te.placeholder((64, 256), name="A")
-    b = te.compute((64, 256), lambda i, j: a[i, j] * 2.0, name="B")
-    c = te.compute((64, 256), lambda i, j: b[i, j] + 1.0, name="C")
-    mod = tvm.IRModule({"main": te.create_prim_func([a, c])})
+    mod = prim_module(two_block_tensors())
 
     def tail(prefix: str, more: str) -> tuple[list, list]:
         n = len(constrained._decode(prefix)[0])

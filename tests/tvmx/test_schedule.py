@@ -2,16 +2,11 @@
 private copy leaves the module as it was. Real TVM objects only."""
 from __future__ import annotations
 
+from dragon_testkit import prim_module, two_block_tensors
+
 
 def _two_blocks():
-    """A -> B -> C: B's buffer is allocated under the root block (as in every fused workload)."""
-    import tvm
-    from tvm import te
-
-    a = te.placeholder((64, 256), name="A")
-    b = te.compute((64, 256), lambda i, j: a[i, j] * 2.0, name="B")
-    c = te.compute((64, 256), lambda i, j: b[i, j] + 1.0, name="C")
-    return tvm.IRModule({"main": te.create_prim_func([a, c])})
+    return prim_module(two_block_tensors())
 
 
 def _annotate_root_then_split(sch) -> None:

@@ -5,7 +5,7 @@ from typing import Any
 
 from little_dragon.codec.errors import ApplyError
 from little_dragon.codec.script import decode_with_lines
-from little_dragon.tvmx.schedule import fresh_schedule, private_copy
+from little_dragon.tvmx.schedule import schedule_from, snapshot
 
 
 def _reason(e: BaseException) -> str:
@@ -26,10 +26,11 @@ def _apply_prefix(trace_json: list, n: int, sch: Any) -> None:
 
 def apply_json(trace_json: list, sch: Any, lines: list[int] | None = None, text: str = "") -> None:
     """Apply trace JSON to ``sch``; on failure find the first failing instruction (bisecting on fresh schedules of
-    the module as it was) and raise ApplyError naming it.  The module is copied whole before the script runs: the
-    failed run may have written into the nodes it shares with ``sch.copy()`` (tvmx/schedule.py), and bisecting on
-    such copies named a line that applies (session 16: `loops b1 2` for a failing `rfactor` six lines on)."""
-    before = private_copy(sch.mod)
+    the module as it was) and raise ApplyError naming it.  The module is kept whole (``snapshot``) before the script
+    runs: the failed run may have written into the nodes it shares with ``sch.copy()`` (tvmx/schedule.py), and
+    bisecting on such copies named a line that applies (session 16: `loops b1 2` for a failing `rfactor` six lines
+    on).  The copies are made only when a script fails."""
+    before = snapshot(sch.mod)
     try:
         _apply_prefix(trace_json, len(trace_json[0]), sch)
         return
@@ -40,7 +41,7 @@ def apply_json(trace_json: list, sch: Any, lines: list[int] | None = None, text:
     while hi - lo > 1:
         mid = (lo + hi) // 2
         try:
-            _apply_prefix(trace_json, mid, fresh_schedule(before, debug_mask=0))
+            _apply_prefix(trace_json, mid, schedule_from(before, debug_mask=0))
             lo = mid
         except Exception as e:  # noqa: BLE001
             hi, reason = mid, _reason(e)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from little_dragon.tvmx.schedule import fresh_schedule
 
+
 def add_parser(sub) -> None:
     p = sub.add_parser("codec", help="the trace codec: scripts <-> MetaSchedule trace JSON")
     csub = p.add_subparsers(dest="codec_command", required=True, metavar="ACTION")
@@ -126,7 +127,6 @@ def main(args: argparse.Namespace) -> int:
         except CodecError as e:
             raise UserError(f"{args.script}: {e}") from e
         if mod is not None:
-
             from little_dragon.codec.apply import apply_json
 
             if any(i[0] == "Tensorize" for i in trace_json[0]):

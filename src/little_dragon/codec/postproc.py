@@ -103,7 +103,6 @@ class PostprocContext:
         if not isinstance(got, DeriveError):
             return json.loads(dumps(got))  # a fresh copy: callers may mutate it
         if str(got).startswith("the script before"):
-
             from little_dragon.codec.apply import apply_json
 
             apply_json(pre_json, fresh_schedule(self.mod, debug_mask=0), lines, text)  # raises, naming the instruction

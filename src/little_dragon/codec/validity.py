@@ -34,7 +34,6 @@ def first_line(e: BaseException) -> str:
 def check_module_script(text: str, mod: Any, context: Any = None, schedule: Any = None) -> Verdict:
     """Decode ``text`` and apply it to a fresh schedule of ``mod`` (``context``: the ``post *`` context;
     ``schedule``: that fresh schedule, given by a caller that inspects the result, else made here)."""
-
     from little_dragon.codec import SyntaxOnlyContext, apply, decode
 
     try:

@@ -54,7 +54,6 @@ def load_kernel(kernel: str) -> tuple[dict[str, Any], Any]:
 
 
 def scheduled_module(mod: Any, script: str, target: dict[str, Any]) -> Any:
-
     from little_dragon import codec
 
     sch = fresh_schedule(mod)

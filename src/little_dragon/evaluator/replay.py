@@ -64,7 +64,6 @@ def code_hash(rt_mod: Any) -> str:
 def empty_script_code_hash(mod: Any, procs: list, target: Any) -> str | None:
     """``code_hash`` of what an empty script gives (the post-processors alone); None if they reject it or
     it does not build."""
-
     from little_dragon.tvmx.build import fast_build
     from little_dragon.tvmx.postprocs import PostprocRejected, run_postprocs
 

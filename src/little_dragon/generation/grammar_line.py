@@ -33,7 +33,7 @@ import json
 import re
 from typing import Any
 
-from little_dragon.codec.kinds import CANDIDATES, INTRIN_FULL, THREAD_FULL
+from little_dragon.codec.kinds import CANDIDATES, INTRIN_FULL, KEY_ABBREV, KEY_FULL, MS_KEY_PREFIX, THREAD_FULL
 from little_dragon.generation.constrain_state import ScheduleState
 
 NEVER = r"/[^\s\S]/"  # a terminal that matches nothing (no such variable exists yet)
@@ -188,33 +188,23 @@ def _buffer_rules(state: ScheduleState) -> list[str]:
     rules.append("xbuf: " + (" | ".join(bufs) if bufs else "NEVERXBUF"))
     rules.append("xwrite: " + (" | ".join(writes) if writes else "NEVERXWRITE"))
     rules += [f"NEVERXBUF: {NEVER}", f"NEVERXWRITE: {NEVER}"]
-    for name in _BUFFER_KINDS:
-        rule = _fixed_form(_base_rule(name))
-        old = "BREF BUF" if " BUF" in rule else "BREF SINT"
-        if old not in rule:
-            raise ValueError(f"codec rule changed: {rule!r} has no {old!r} to narrow")
-        rules.append(rule.replace(old, "xbuf" if old.endswith("BUF") else "xwrite", 1))
+    rules += [_fixed_form(_narrowed(name, old, new)) for name, (old, new) in _BUFFER_KINDS.items()]
     return rules
 
 
 def key_forms(key: str) -> list[str]:
     """Every way the codec's decoder reads as annotation key ``key`` (``codec.script``'s key field): its table
     abbreviation, ``.rest`` for ``meta_schedule.rest``, the bare word (one that is no abbreviation), quoted."""
-    from little_dragon.codec.kinds import KEY_ABBREV, KEY_FULL, MS_KEY_PREFIX
-
     forms = []
     if key in KEY_ABBREV:
         forms.append(KEY_ABBREV[key])
     rest = key[len(MS_KEY_PREFIX):]
-    if key.startswith(MS_KEY_PREFIX) and _KEY_REST.match(rest):
+    if key.startswith(MS_KEY_PREFIX) and NAME_RE.match(rest):
         forms.append("." + rest)
     if NAME_RE.match(key) and key not in KEY_FULL:
         forms.append(key)
     forms.append(json.dumps(key))
     return forms
-
-
-_KEY_REST = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 
 
 def _unannotate_rules(state: ScheduleState) -> list[str]:
@@ -391,8 +381,10 @@ def _fixed_form(line: str) -> str:
 
 # [buffer indices] the instructions that name a buffer of a block by its index in the block's reads or writes
 # (TVM: "The block ... has N write regions, so `buffer_index` is required to be in [0, N)"); `cread`/`cwrite` have
-# theirs in ``_index_rule``.  Syntax only, the codec's rules; with a schedule state, ``_buffer_rules``
-_BUFFER_KINDS = ("k_reindex", "k_layout", "k_scope", "k_setdtype", "k_align")
+# theirs in ``_index_rule``.  Syntax only, the codec's rules; with a schedule state, ``_buffer_rules`` narrows each
+# rule's block and buffer to a block and one of its reads or writes (``xbuf``) or one of its writes (``xwrite``)
+_BUFFER_KINDS = {"k_reindex": ("BREF BUF", "xbuf"), "k_layout": ("BREF BUF", "xbuf"), "k_scope": ("BREF INT", "xwrite"),
+                 "k_setdtype": ("BREF INT", "xwrite"), "k_align": ("BREF INT", "xwrite")}
 
 
 def _base_rule(name: str) -> str:

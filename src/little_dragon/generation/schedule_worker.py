@@ -123,7 +123,6 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
 
     ``key``: the workload's cache key in this process's live schedules (``prefix_facts``): the no-op test then reads
     the schedule the constraint already applied the lines to, instead of applying them again."""
-
     from little_dragon.codec.validity import check_module_script
     from little_dragon.tvmx.build import lower_for_target
     from little_dragon.tvmx.postprocs import as_target
