@@ -16,6 +16,8 @@ block, loop and value defined) map onto TVM objects.  From the live schedule we 
   which loops are annotated or bound (no ``split``/``fuse``), and which thread axes are bound around each loop
   (enclosing or nested) at another extent (``bind`` takes none of them);
 - which live blocks ``inline`` may name (not the root, a reduction or an output block);
+- which live loops ``rfactor`` may name (serial, alone above a reduction block, used by none of its data-parallel
+  iters: TVM's RFactor checks) and its write buffer's dimension count (the factor axis's range);
 - the names of all blocks of the scheduled function (``blk NAME``; cache stages add names such as
   ``C_local``).
 
@@ -72,6 +74,10 @@ class ScheduleState:
     # live block ("b<k>") or loop ("l<k>") -> the annotation keys it carries: TVM's Unannotate refuses a key the
     # block or loop does not have (session 16's CPU sealed runs: 29 of the first pass's 224 failures, `unann b producer`)
     annotations: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    # live loop -> the number of dimensions of the buffer its block writes, for the loops TVM's RFactor may take
+    # (``_rfactor_loops``; the factor axis is then in [-(ndim + 1), ndim]); session 16's CPU sealed runs: `rfactor` of
+    # a loop of a block that is no reduction was 41 of the first pass's 124 failures
+    loop_rfactor: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 def _int(x: Any) -> int | None:
@@ -153,7 +159,7 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
     st.not_inlinable = frozenset(not_inlinable)
     st.root_blocks = frozenset(roots)
     if loop_vars:
-        kinds, child, pinned, nested, _ = _loop_facts(sch)
+        kinds, child, pinned, nested, _, rfactor = _loop_facts(sch)
         st.loop_iters = {k: kinds.get(h, "S") for k, h in loop_vars.items()}
         named: dict[int, list[int]] = {}  # loop variable handle -> the live script variables naming that loop
         for k, h in loop_vars.items():
@@ -161,11 +167,12 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
         st.loop_child = {k: tuple(named[child[h]]) for k, h in loop_vars.items() if child.get(h) in named}
         st.loop_pinned = frozenset(k for k, h in loop_vars.items() if h in pinned)
         st.loop_nested_axes = {k: nested[h] for k, h in loop_vars.items() if nested.get(h)}
+        st.loop_rfactor = {k: rfactor[h] for k, h in loop_vars.items() if h in rfactor}
     return st
 
 
-def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dict[int, frozenset[str]], dict]:
-    """Five facts of the loops of the scheduled function, by loop variable handle, from one walk of the IR:
+def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dict[int, frozenset[str]], dict, dict]:
+    """Six facts of the loops of the scheduled function, by loop variable handle, from one walk of the IR:
 
     - "R"/"X" for the loops that some block iter other than a data-parallel one uses in its binding (absent:
       "S").  TVM's ``CheckParallelizability`` visits every block realize under the loop that has a schedule sref
@@ -174,7 +181,8 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
     - the handle of the loop that is a loop's whole body (TVM's Fuse joins a loop only with that one);
     - the loops with an annotation or a thread binding (TVM's Split and Fuse refuse them);
     - the thread axes bound on the loops enclosing each loop or nested in it, at an extent other than its own;
-    - the bound loops: (thread axis, loop variable name, extent)."""
+    - the bound loops: (thread axis, loop variable name, extent);
+    - the loops TVM's RFactor may take, each with its block's write buffer's dimension count (``_rfactor_loops``)."""
     from tvm.s_tir import SBlockRealize
     from tvm.tirx import For, IfThenElse, SeqStmt, Stmt, analysis
 
@@ -187,6 +195,10 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
     above: list[int] = []  # handles of the loop variables enclosing the statement visited
     axes_above: list[tuple[str, int | None]] = []  # (thread axis, extent) of the bound loops among them
     axes_below: list[set[tuple[str, int | None]]] = [set()]  # per enclosing loop: the bound loops inside it
+    fors: list[Any] = []  # the enclosing For statements (as ``above``)
+    scope: list[int] = [0]  # where in ``above`` the loops of the innermost enclosing block start
+    blocks_under: dict[int, list[Any]] = {}  # loop -> the blocks directly under it (TVM's child blocks on the sref tree)
+    reductions: list[tuple[Any, Any, list[Any]]] = []  # (realize, block, its loops outer to inner) of blocks with init
 
     def visit(stmt: Any) -> None:
         if isinstance(stmt, For):
@@ -200,6 +212,7 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
             if axis:
                 bound[h] = (axis, stmt.loop_var.name, stmt.extent)
             above.append(h)
+            fors.append(stmt)
             axes_below.append(set())
             if axis:
                 axes_above.append((axis, extent))
@@ -215,6 +228,7 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
             if axis:
                 axes_below[-1].add((axis, extent))
             above.pop()
+            fors.pop()
         elif isinstance(stmt, SBlockRealize):
             block = stmt.block
             if above:
@@ -226,7 +240,14 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
                     for h in above:
                         if h in used and kinds.get(h) != "X":
                             kinds[h] = "R" if kind == 2 else "X"  # 2: a commutative reduction
+            own = fors[scope[-1]:]
+            for loop in own:
+                blocks_under.setdefault(hash(loop.loop_var), []).append(block)
+            if block.init is not None and own:
+                reductions.append((stmt, block, own))
+            scope.append(len(above))
             visit(block.body)
+            scope.pop()
         elif isinstance(stmt, SeqStmt):
             for s in stmt.seq:
                 visit(s)
@@ -243,7 +264,70 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
         body = getattr(f, "body", None)
         if isinstance(body, Stmt):
             visit(body)
-    return kinds, child, pinned, nested, bound
+    return kinds, child, pinned, nested, bound, _rfactor_loops(reductions, blocks_under)
+
+
+def _rfactor_loops(reductions: list[tuple[Any, Any, list[Any]]], blocks_under: dict[int, list[Any]]) -> dict[int, int]:
+    """The loops (by loop variable handle) that pass TVM 0.27's checks of RFactor (``s_tir/schedule/primitive/
+    reduction.cc``) that the IR shows, each with the dimension count of its block's write buffer (the factor axis's
+    range).  A loop qualifies when:
+
+    - it is serial (no parallel, vectorized, unrolled or thread-bound loop) and has exactly one block directly under
+      it (``CheckGetSingleChildBlockRealizeOnSRefTree``), a block with an init statement whose iters are all data
+      parallel or reductions and whose written regions use no reduction iter (``CheckReductionBlock``);
+    - no data-parallel iter of that block uses it, and the block's loops pass ``LoopPropertyError::
+      CheckLoopProperty``: no loop used by both iter kinds, the block first under the outermost loop, one block under
+      the outermost loop a reduction iter uses, no loop of extent > 1 that no iter uses inside that one.
+
+    Only what TVM refuses is left out (the reducer pattern and the scope's stage pipeline are left to TVM's verdict at
+    the line end): the constraint must never forbid a trace TVM applies."""
+    from tvm.tirx import analysis
+
+    out: dict[int, int] = {}
+    for realize, block, loops in reductions:
+        data_par: set[int] = set()
+        reduce: set[int] = set()
+        iters_ok = True
+        reduce_iters: set[int] = set()
+        for iv, binding in zip(block.iter_vars, realize.iter_values):
+            kind = int(iv.iter_type)
+            if kind not in (0, 2):  # neither data parallel nor a commutative reduction
+                iters_ok = False
+                break
+            used = {hash(v) for v in analysis.undefined_vars(binding, [])}
+            (data_par if kind == 0 else reduce).update(used)
+            if kind == 2:
+                reduce_iters.add(hash(iv.var))
+        if not iters_ok or not block.writes:
+            continue
+        written = {hash(v) for w in block.writes for r in w.region
+                   for v in analysis.undefined_vars(r.min, []) + analysis.undefined_vars(r.extent, [])}
+        if written & reduce_iters:
+            continue
+        first = blocks_under.get(hash(loops[0].loop_var), [])
+        if not first or not first[0].same_as(block):
+            continue
+        ok, met = True, False
+        for loop in loops:
+            h = hash(loop.loop_var)
+            if h in data_par and h in reduce:
+                ok = False
+            elif h in reduce and not met:
+                met = True
+                ok = len(blocks_under.get(h, ())) == 1
+            elif h not in data_par and h not in reduce and met:
+                ok = _int(loop.extent) == 1
+            if not ok:
+                break
+        if not ok:
+            continue
+        ndim = max(len(w.region) for w in block.writes)
+        for loop in loops:
+            h = hash(loop.loop_var)
+            if (h not in data_par and int(loop.kind) == 0 and loop.thread_binding is None
+                    and len(blocks_under.get(h, ())) == 1):
+                out[h] = ndim
+    return out
 
 
 def nested_thread_bindings(sch: Any) -> list[str]:
@@ -251,7 +335,7 @@ def nested_thread_bindings(sch: Any) -> list[str]:
     bound to at another extent (``_loop_facts``), each described.  TVM accepts such a kernel and lowers it to one that
     leaves outputs unwritten (the H200 sealed run of session 11: 8 wrong results, one of them made by ``post *``'s
     RewriteUnboundBlock binding a loop around the model's ``blockIdx.x`` loop); equal extents are one thread index."""
-    *_, nested, bound = _loop_facts(sch)
+    *_, nested, bound, _ = _loop_facts(sch)
     return [f"loop {name} (extent {extent}) is bound to {axis}, and so is a loop enclosing or inside it at another extent"
             for h, (axis, name, extent) in bound.items() if axis in nested.get(h, ())]
 

@@ -16,6 +16,8 @@ stays the codec's.  Changes, all of them narrowing:
 - ``par``/``vec``/``bind``, ``split``/``fuse``, ``inline``: the loops and blocks TVM's primitives accept for
   their iter kinds, annotations, nesting and block kind (``_parallel_rules``, ``_split_fuse_rules``); `bind` never
   to a thread axis bound on an enclosing or nested loop (TVM accepts that, and the kernel is wrong);
+- ``rfactor l a``: a serial loop alone above a reduction block and used by none of its data-parallel iters (TVM's
+  RFactor checks), a in TVM's factor-axis range (``_rfactor_rules``);
 - ``cat c1 .. cN = k`` and ``ann .. cat .. = k``: k < N (named lists: their length).
 - integers right after a field are written with their separating space (``SINT``): the grammar's
   ``%ignore`` would otherwise let ``loops b12`` read as ``loops b1 2`` when only ``b1`` exists, which the
@@ -338,7 +340,7 @@ _REPLACED = ("start:", "k_blk:", "k_loops:", "k_kids:", "k_prods:", "k_cons:", "
              "k_tile:", "k_cat:", "k_anncat:", "factor:", "decision:", "BREF:", "LREF:", "VREF:",
              "k_reorder:", "k_ptile:", "k_loc:", "k_atloc:", "k_pad:", "k_outblks:", "list:", "SYM:", "STRING:", "o_",
              "k_par:", "k_vec:", "k_bind:", "k_split:", "k_fuse:", "k_inline:", "k_reindex:", "k_layout:",
-             "k_scope:", "k_setdtype:", "k_align:", "k_unann:")
+             "k_scope:", "k_setdtype:", "k_align:", "k_unann:", "k_rfactor:")
 
 
 @functools.lru_cache(maxsize=1)
@@ -466,6 +468,22 @@ def _split_fuse_rules(state: ScheduleState) -> list[str]:
     return rules
 
 
+def _rfactor_rules(state: ScheduleState) -> list[str]:
+    """[rfactor] ``rfactor l<k> a``: a loop TVM's RFactor takes (``state.loop_rfactor``: serial, alone above a reduction
+    block, touched by none of its data-parallel iters, ...), the factor axis a in [-(ndim + 1), ndim] for the block's
+    write buffer of ndim dimensions (TVM's FactorAxisOutOfRangeError), written as the encoder writes an integer."""
+    loops = {k: n for k, n in sorted(state.loop_rfactor.items()) if k in state.loops}
+    if not loops:
+        return _unreachable("k_rfactor")
+    rules, alts = [], []
+    for k, n in loops.items():
+        alts.append(f"rf{k}")
+        rules.append(f'rf{k}: "l{k}" ' + (f"RFAX{n}" if n <= 8 else "SINT"))
+    for n in sorted({n for n in loops.values() if n <= 8}):
+        rules.append(f"RFAX{n}: / (-[1-{n + 1}]|[0-{n}])/")
+    return [_narrowed("k_rfactor", "LREF INT", "(" + " | ".join(alts) + ")")] + rules
+
+
 def _unreachable(name: str) -> list[str]:
     """Rule ``name`` with no sentence: its first terminal matches nothing, so not even its keyword is allowed (a
     keyword that nothing may follow would let an attempt write it and then end at a dead end)."""
@@ -492,7 +510,8 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.loop_child.items())), tuple(sorted(state.loop_pinned)),
             tuple(sorted(state.not_inlinable)),
             tuple(sorted((k, tuple(sorted(v))) for k, v in state.loop_nested_axes.items())),
-            tuple(sorted(state.root_blocks)), tuple(sorted((k, tuple(sorted(v))) for k, v in state.annotations.items())))
+            tuple(sorted(state.root_blocks)), tuple(sorted((k, tuple(sorted(v))) for k, v in state.annotations.items())),
+            tuple(sorted(state.loop_rfactor.items())))
 
 
 def line_grammar(state: ScheduleState | None, first: bool = False, finished: bool = False,
@@ -687,6 +706,7 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
                     tile_loops: frozenset[int] = frozenset(), reorder_derived: bool = True) -> str:
     if state is None:
         return "\n".join([_SYNTAX_ONLY, *(_base_rule(r) for r in _CODEC_AS_IS), _base_rule("k_unann"),
+                          _fixed_form(_base_rule("k_rfactor")),
                           *(_fixed_form(_base_rule(r)) for r in _BUFFER_KINDS), _reorder_rule(reorder_derived)])
     out: list[str] = []
     out.append("BREF: " + _alts([f"b{k}" for k in sorted(state.blocks)]))
@@ -711,6 +731,7 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     out += _tile_rules(state.loops, tile_counts, tile_loops, state.loop_iters)
     out += _parallel_rules(state)
     out += _split_fuse_rules(state)
+    out += _rfactor_rules(state)
     # [inline] TVM's ComputeInline refuses the root, a block with an init statement and an output block
     inlinable = [f"b{k}" for k in sorted(state.blocks) if k not in state.not_inlinable]
     out += ([_narrowed("k_inline", "BREF", "BINLINE"), "BINLINE: " + _alts(inlinable)] if inlinable
