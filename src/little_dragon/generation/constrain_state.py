@@ -61,10 +61,11 @@ class ScheduleState:
     # live blocks TVM's ComputeInline refuses: the root, a block with an init statement (a reduction), an output
     # block (one writing a buffer of the function's parameters)
     not_inlinable: frozenset[int] = frozenset()
-    # live loop -> the thread axes ("threadIdx.x", ...) bound on a loop enclosing it or nested in it whose extent
-    # differs from its own: binding it to one of those nests one axis at two extents, which TVM's Bind accepts and
-    # lowers to a kernel that leaves outputs unwritten (session 11's sealed wrong results); MetaSchedule binds one
-    # axis on nested loops only at equal extents (cooperative fetch: the copy loops inside the block's own)
+    # live loop -> the thread axes ("threadIdx.x", ...) bound on a loop enclosing it, nested in it or under its outermost
+    # loop (its kernel) whose extent differs from its own: binding it to one of those puts one axis at two extents in a
+    # kernel, which TVM's Bind accepts and lowers to a kernel that leaves outputs unwritten or writes past them
+    # (session 11's and 17's sealed wrong results); MetaSchedule binds one axis in a kernel only at one extent
+    # (cooperative fetch: the copy loops inside the block's own)
     loop_nested_axes: dict[int, frozenset[str]] = dataclasses.field(default_factory=dict)
     # live blocks naming the function's root block (no scope above it): TVM's GetProducers, GetConsumers, ComputeAt,
     # ReverseComputeAt, ReverseComputeInline, SampleComputeLocation, DecomposeReduction, PadEinsum and
@@ -180,7 +181,8 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
       allows a data-parallel iter, or a reduction iter when binding to threadIdx.x/y/z;
     - the handle of the loop that is a loop's whole body (TVM's Fuse joins a loop only with that one);
     - the loops with an annotation or a thread binding (TVM's Split and Fuse refuse them);
-    - the thread axes bound on the loops enclosing each loop or nested in it, at an extent other than its own;
+    - the thread axes bound on the loops enclosing each loop or nested in it, or anywhere under its outermost loop
+      (its kernel), at an extent other than its own;
     - the bound loops: (thread axis, loop variable name, extent);
     - the loops TVM's RFactor may take, each with its block's write buffer's dimension count (``_rfactor_loops``)."""
     from tvm.s_tir import SBlockRealize
@@ -199,6 +201,9 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
     scope: list[int] = [0]  # where in ``above`` the loops of the innermost enclosing block start
     blocks_under: dict[int, list[Any]] = {}  # loop -> the blocks directly under it (TVM's child blocks on the sref tree)
     reductions: list[tuple[Any, Any, list[Any]]] = []  # (realize, block, its loops outer to inner) of blocks with init
+    extent_of: dict[int, int | None] = {}
+    tree_of: dict[int, int] = {}  # loop -> the outermost loop enclosing it (itself at the top): its kernel, on a GPU
+    tree_bound: dict[int, set[tuple[str, int | None]]] = {}  # outermost loop -> (axis, extent) of the bound loops in it
 
     def visit(stmt: Any) -> None:
         if isinstance(stmt, For):
@@ -211,6 +216,8 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
                 pinned.add(h)
             if axis:
                 bound[h] = (axis, stmt.loop_var.name, stmt.extent)
+            extent_of[h] = extent
+            tree_of[h] = above[0] if above else h
             above.append(h)
             fors.append(stmt)
             axes_below.append(set())
@@ -229,6 +236,8 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
                 axes_below[-1].add((axis, extent))
             above.pop()
             fors.pop()
+            if not above:
+                tree_bound[h] = inside | ({(axis, extent)} if axis else set())
         elif isinstance(stmt, SBlockRealize):
             block = stmt.block
             if above:
@@ -264,6 +273,14 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
         body = getattr(f, "body", None)
         if isinstance(body, Stmt):
             visit(body)
+    # one axis at two extents on loops under one outermost loop (one kernel) that are not nested either: TVM launches
+    # the kernel at the larger extent and does not guard the other loop's body, whose extra threads write past their
+    # part (the H200 sealed run of session 17: `reduce`'s cross-thread sum at threadIdx.x 64 and its consumer at 16, 6,144
+    # of 8,192 outputs wrong)
+    for h, extent in extent_of.items():
+        clash = {a for a, e in tree_bound.get(tree_of[h], ()) if e is not None and extent is not None and e != extent}
+        if clash - nested.get(h, frozenset()):
+            nested[h] = nested.get(h, frozenset()) | frozenset(clash)
     return kinds, child, pinned, nested, bound, _rfactor_loops(reductions, blocks_under)
 
 
@@ -331,12 +348,14 @@ def _rfactor_loops(reductions: list[tuple[Any, Any, list[Any]]], blocks_under: d
 
 
 def nested_thread_bindings(sch: Any) -> list[str]:
-    """The loops of the scheduled function bound to a thread axis that a loop enclosing them, or nested in them, is
-    bound to at another extent (``_loop_facts``), each described.  TVM accepts such a kernel and lowers it to one that
-    leaves outputs unwritten (the H200 sealed run of session 11: 8 wrong results, one of them made by ``post *``'s
-    RewriteUnboundBlock binding a loop around the model's ``blockIdx.x`` loop); equal extents are one thread index."""
+    """The loops of the scheduled function bound to a thread axis that a loop enclosing them, nested in them or
+    elsewhere in their kernel (under their outermost loop) is bound to at another extent (``_loop_facts``), each
+    described.  TVM accepts such a kernel and lowers it to one that leaves outputs unwritten or writes past them (the
+    H200 sealed runs of session 11: 8 wrong results, one of them made by ``post *``'s RewriteUnboundBlock binding a loop
+    around the model's ``blockIdx.x`` loop; of session 17: 1, sibling loops at threadIdx.x 64 and 16); equal extents
+    are one thread index."""
     *_, nested, bound, _ = _loop_facts(sch)
-    return [f"loop {name} (extent {extent}) is bound to {axis}, and so is a loop enclosing or inside it at another extent"
+    return [f"loop {name} (extent {extent}) is bound to {axis}, and so is another loop of its kernel at another extent"
             for h, (axis, name, extent) in bound.items() if axis in nested.get(h, ())]
 
 

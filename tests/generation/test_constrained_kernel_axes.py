@@ -1,0 +1,77 @@
+"""One thread axis at one extent in a kernel (issue 16, session 17). TVM's Bind accepts a loop bound to threadIdx.x at 64
+beside a sibling loop of the same kernel bound to it at 16, and lowers the kernel at 64 threads without guarding the
+sibling's body: threads 16-63 write past their block's outputs. The H200 sealed run of session 17 had one such
+constrained attempt (`reduce`: a cross-thread sum computed at the consumer's loop), judged a wrong result (6,144 of
+8,192 outputs). The constraint masks the `bind` (``ScheduleState.loop_nested_axes``) and its end check refuses the
+kernel (``nested_thread_bindings``).
+
+Real parts only: a TE kernel made into TensorIR, the codec, TVM's schedule and post-processors for sm_90, llguidance.
+"""
+from __future__ import annotations
+
+import json
+
+from dragon_testkit import feed_constraint, prefix_state, prim_module, tvm_accepts
+
+H200 = {"arch": "sm_90", "kind": "cuda", "max_shared_memory_per_block": 49152, "max_threads_per_block": 1024,
+        "thread_warp_size": 32}
+
+# the sealed attempt's script (its workload at 256 rows instead of 8,192), up to the line the rule masks
+HEAD = """blk sum
+blk out
+blk root
+cons b0 1
+loops b3 1
+cat 4 8 16 32 64 128 256 512 = 2
+split l0 _ v0
+bind l2 tx
+at b0 l1
+scope b0 0 shared
+loops b0 3
+split l5 _ v0
+"""
+TAIL = """ann b3 unroll cat unroll_gpu = 0
+loops b1 2
+fuse l7
+bind l8 bx
+post *
+"""
+
+
+def _reduce_mean():
+    """sum[i] = sum_k float32(A[i, k]); out[i] = sum[i] / 1024 (the sealed set's `reduce` family)."""
+    from tvm import te
+
+    a = te.placeholder((256, 1024), "float16", name="A")
+    k = te.reduce_axis((0, 1024), name="k")
+    s = te.compute((256,), lambda i: te.sum(a[i, k].astype("float32"), axis=k), name="sum")
+    out = te.compute((256,), lambda i: s[i] / 1024.0, name="out")
+    return [a, out]
+
+
+def test_a_second_extent_of_an_axis_in_one_kernel_is_masked(engine, smollm2):
+    """`bind l6 tx`: l6 (extent 64) and the consumer's l2 (threadIdx.x at 16) share their outermost loop, so one
+    kernel: masked, though TVM applies it; another axis for l6 stays allowed."""
+    from little_dragon.generation.constrained import Workload
+
+    mod = prim_module(_reduce_mean())
+    wl = Workload(mod, json.dumps(H200))  # as the evaluation passes its target
+    st = prefix_state(mod, HEAD)
+    assert st.loops[6] == 64 and "threadIdx.x" in st.loop_nested_axes[6]
+    assert tvm_accepts(mod, HEAD + "bind l6 tx\n")
+    assert feed_constraint(engine, wl, smollm2, HEAD + "bind l6 tx\n")[0] is not None
+    assert feed_constraint(engine, wl, smollm2, HEAD + "bind l6 ty\n")[0] is None
+
+
+def test_the_end_check_refuses_the_kernel_the_sealed_attempt_made():
+    """The whole script passes TVM's post-processors for sm_90 (VerifyGPUCode included); the end check refuses it."""
+    from little_dragon.codec.postproc import PostprocContext
+    from little_dragon.codec.validity import check_module_script
+    from little_dragon.generation.schedule_worker import finish_check
+
+    mod = prim_module(_reduce_mean())
+    text = HEAD + "bind l6 tx\n" + TAIL
+    context = PostprocContext(mod, H200)
+    assert check_module_script(text, mod, context).valid
+    why = finish_check(mod, context, text)
+    assert why.startswith("nested thread binding") and "threadIdx.x" in why, why
