@@ -370,11 +370,14 @@ def test_line_by_line_apply_equals_replaying_the_prefix(harvested):
     of applying the whole prefix to a fresh schedule, and the two agree on which prefixes fail."""
     import dataclasses
 
+    import tvm_ffi
+
     from little_dragon import codec
     from little_dragon.generation import constrained
     from little_dragon.generation.constrain_state import live_state, replay
 
     checked = 0
+    unchanged_seen: set[bool] = set()
     from little_dragon.generation import schedule_worker
 
     before = dict(schedule_worker.APPLIED)
@@ -393,8 +396,12 @@ def test_line_by_line_apply_equals_replaying_the_prefix(harvested):
             text = "\n".join(lines[:i]) + "\n" if i else ""
             state = constrained._prefix_state(mod, text, key)
             fresh = replay(mod, constrained._decode(text) if text else [[], []])
-            assert dataclasses.asdict(state) == dataclasses.asdict(live_state(fresh)), (i, lines[i - 1])
+            expect = live_state(fresh)
+            # the worker's `unchanged` (a structural hash, then equality) against structural equality alone
+            expect.unchanged = bool(tvm_ffi.structural_equal(fresh.sch.mod, mod))
+            unchanged_seen.add(expect.unchanged)
+            assert dataclasses.asdict(state) == dataclasses.asdict(expect), (i, lines[i - 1])
             assert schedule_worker._LIVE.get((key, text)).sch.mod.script() == fresh.sch.mod.script(), i
             checked += 1
-    assert checked > 100
+    assert checked > 100 and unchanged_seen == {True, False}
     assert schedule_worker.APPLIED["extended"] - before.get("extended", 0) > checked // 2  # mostly one line

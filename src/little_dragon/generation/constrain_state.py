@@ -79,6 +79,10 @@ class ScheduleState:
     # (``_rfactor_loops``; the factor axis is then in [-(ndim + 1), ndim]); session 16's CPU sealed runs: `rfactor` of
     # a loop of a block that is no reduction was 41 of the first pass's 124 failures
     loop_rfactor: dict[int, int] = dataclasses.field(default_factory=dict)
+    # the prefix leaves the workload's kernel as it was (only lookups and samples so far): a script ending here is the
+    # evaluator's ``no_op``, so `post` may not come yet (set by ``schedule_worker.prefix_facts``, which holds the
+    # workload; session 17's CPU sealed runs: 38 of the constrained first pass's 177 failures ended so)
+    unchanged: bool = False
 
 
 def _int(x: Any) -> int | None:

@@ -18,6 +18,7 @@ stays the codec's.  Changes, all of them narrowing:
   to a thread axis bound on an enclosing or nested loop (TVM accepts that, and the kernel is wrong);
 - ``rfactor l a``: a serial loop alone above a reduction block and used by none of its data-parallel iters (TVM's
   RFactor checks), a in TVM's factor-axis range (``_rfactor_rules``);
+- ``post`` (the script's end) only once the prefix has changed the kernel (``ScheduleState.unchanged``);
 - ``cat c1 .. cN = k`` and ``ann .. cat .. = k``: k < N (named lists: their length).
 - integers right after a field are written with their separating space (``SINT``): the grammar's
   ``%ignore`` would otherwise let ``loops b12`` read as ``loops b1 2`` when only ``b1`` exists, which the
@@ -340,7 +341,7 @@ _REPLACED = ("start:", "k_blk:", "k_loops:", "k_kids:", "k_prods:", "k_cons:", "
              "k_tile:", "k_cat:", "k_anncat:", "factor:", "decision:", "BREF:", "LREF:", "VREF:",
              "k_reorder:", "k_ptile:", "k_loc:", "k_atloc:", "k_pad:", "k_outblks:", "list:", "SYM:", "STRING:", "o_",
              "k_par:", "k_vec:", "k_bind:", "k_split:", "k_fuse:", "k_inline:", "k_reindex:", "k_layout:",
-             "k_scope:", "k_setdtype:", "k_align:", "k_unann:", "k_rfactor:")
+             "k_scope:", "k_setdtype:", "k_align:", "k_unann:", "k_rfactor:", "k_post:")
 
 
 @functools.lru_cache(maxsize=1)
@@ -511,7 +512,7 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.not_inlinable)),
             tuple(sorted((k, tuple(sorted(v))) for k, v in state.loop_nested_axes.items())),
             tuple(sorted(state.root_blocks)), tuple(sorted((k, tuple(sorted(v))) for k, v in state.annotations.items())),
-            tuple(sorted(state.loop_rfactor.items())))
+            tuple(sorted(state.loop_rfactor.items())), state.unchanged)
 
 
 def line_grammar(state: ScheduleState | None, first: bool = False, finished: bool = False,
@@ -706,7 +707,7 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
                     tile_loops: frozenset[int] = frozenset(), reorder_derived: bool = True) -> str:
     if state is None:
         return "\n".join([_SYNTAX_ONLY, *(_base_rule(r) for r in _CODEC_AS_IS), _base_rule("k_unann"),
-                          _fixed_form(_base_rule("k_rfactor")),
+                          _fixed_form(_base_rule("k_rfactor")), _base_rule("k_post"),
                           *(_fixed_form(_base_rule(r)) for r in _BUFFER_KINDS), _reorder_rule(reorder_derived)])
     out: list[str] = []
     out.append("BREF: " + _alts([f"b{k}" for k in sorted(state.blocks)]))
@@ -732,6 +733,8 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     out += _parallel_rules(state)
     out += _split_fuse_rules(state)
     out += _rfactor_rules(state)
+    # [no-op] `post` (the script's end) only once the prefix has changed the kernel: else the evaluator's no_op
+    out += _unreachable("k_post") if state.unchanged else [_base_rule("k_post")]
     # [inline] TVM's ComputeInline refuses the root, a block with an init statement and an output block
     inlinable = [f"b{k}" for k in sorted(state.blocks) if k not in state.not_inlinable]
     out += ([_narrowed("k_inline", "BREF", "BINLINE"), "BINLINE: " + _alts(inlinable)] if inlinable
