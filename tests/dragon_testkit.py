@@ -46,6 +46,23 @@ def add_tensors(n: int) -> list:
     return [x, y, te.compute((n, n), lambda i, j: x[i, j] + y[i, j], name="Z")]
 
 
+# the tiny model's cross-thread row sum on the H200 sealed set (sessions 11 and 17), up to its second split: `sum` computed
+# in shared memory at the consumer's outer loop, the consumer's inner loop bound to threadIdx.x; the two wrong results
+# differ in what follows (tests/generation/test_constrained_end_check.py, test_constrained_kernel_axes.py)
+ROW_SUM_HEAD = """blk sum
+blk out
+blk root
+cons b0 1
+loops b3 1
+cat 4 8 16 32 64 128 256 512 = 2
+split l0 _ v0
+bind l2 tx
+at b0 l1
+scope b0 0 shared
+loops b0 3
+split l5 _ v0
+"""
+
 def two_block_tensors(rows: int = 64, cols: int = 256) -> list:
     """A -> B -> C, two elementwise blocks: B's buffer is allocated under the root block (as in every fused workload),
     the shape of TVM 0.27's in-place write (tests/tvmx/test_schedule.py). [A, C]."""

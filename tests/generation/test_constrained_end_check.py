@@ -14,26 +14,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from dragon_testkit import CODEC_DATA, feed_constraint, kept_what_it_checked, prim_module, real_records, tvm_accepts
+from dragon_testkit import (CODEC_DATA, ROW_SUM_HEAD, feed_constraint, kept_what_it_checked, prim_module, real_records,
+                            tvm_accepts)
 
 # 4096 outputs fused, split into blocks of THREADS threads: over the target's 1024 threads per block VerifyGPUCode
 # refuses the kernel; every line applies
 MATMUL = "blk C\nloops b0 3\nfuse l0 l1\nsplit l3 _ {threads}\nbind l4 bx\nbind l5 tx\npost *\n"
 # the model's script of the sealed wrong result, on a row sum of the same kind (512 x 256): `bind l4 bx` on the
 # fused loop of `out`; `post *`'s RewriteUnboundBlock then binds the loop of `sum` computed at it to blockIdx.x too
-ROW_SUM = """blk sum
-blk out
-blk root
-cons b0 1
-loops b3 1
-cat 4 8 16 32 64 128 256 512 = 2
-split l0 _ v0
-bind l2 tx
-at b0 l1
-scope b0 0 shared
-loops b0 3
-split l5 _ v0
-bind l7 tx
+ROW_SUM = ROW_SUM_HEAD + """bind l7 tx
 ann b3 unroll cat unroll_gpu = 2
 loops b2 0
 fuse l1

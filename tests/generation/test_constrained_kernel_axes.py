@@ -11,25 +11,13 @@ from __future__ import annotations
 
 import json
 
-from dragon_testkit import feed_constraint, prefix_state, prim_module, tvm_accepts
+from dragon_testkit import ROW_SUM_HEAD, feed_constraint, prefix_state, prim_module, tvm_accepts
 
 H200 = {"arch": "sm_90", "kind": "cuda", "max_shared_memory_per_block": 49152, "max_threads_per_block": 1024,
         "thread_warp_size": 32}
 
 # the sealed attempt's script (its workload at 256 rows instead of 8,192), up to the line the rule masks
-HEAD = """blk sum
-blk out
-blk root
-cons b0 1
-loops b3 1
-cat 4 8 16 32 64 128 256 512 = 2
-split l0 _ v0
-bind l2 tx
-at b0 l1
-scope b0 0 shared
-loops b0 3
-split l5 _ v0
-"""
+HEAD = ROW_SUM_HEAD
 TAIL = """ann b3 unroll cat unroll_gpu = 0
 loops b1 2
 fuse l7

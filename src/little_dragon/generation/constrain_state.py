@@ -283,8 +283,8 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
     # of 8,192 outputs wrong)
     for h, extent in extent_of.items():
         clash = {a for a, e in tree_bound.get(tree_of[h], ()) if e is not None and extent is not None and e != extent}
-        if clash - nested.get(h, frozenset()):
-            nested[h] = nested.get(h, frozenset()) | frozenset(clash)
+        if clash:
+            nested[h] = nested.get(h, frozenset()) | clash
     return kinds, child, pinned, nested, bound, _rfactor_loops(reductions, blocks_under)
 
 

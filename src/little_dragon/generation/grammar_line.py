@@ -473,7 +473,7 @@ def _rfactor_rules(state: ScheduleState) -> list[str]:
     """[rfactor] ``rfactor l<k> a``: a loop TVM's RFactor takes (``state.loop_rfactor``: serial, alone above a reduction
     block, touched by none of its data-parallel iters, ...), the factor axis a in [-(ndim + 1), ndim] for the block's
     write buffer of ndim dimensions (TVM's FactorAxisOutOfRangeError), written as the encoder writes an integer."""
-    loops = {k: n for k, n in sorted(state.loop_rfactor.items()) if k in state.loops}
+    loops = dict(sorted(state.loop_rfactor.items()))  # live loops only (``state_of``)
     if not loops:
         return _unreachable("k_rfactor")
     rules, alts = [], []

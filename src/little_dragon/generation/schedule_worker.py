@@ -111,7 +111,8 @@ _WORKLOAD_HASH = LRU(64)  # workload key -> the structural hash of its module
 
 def _unchanged(live: LiveSchedule, mod: Any, key: Any) -> bool:
     """Whether ``live``'s kernel is still ``mod`` (the evaluator's ``no_op`` test, ``_schedules_nothing``): compared
-    by structural hash (~0.03 ms), confirmed structurally when the hashes agree."""
+    by structural hash, confirmed structurally when the hashes agree.  ``live`` was just made by ``replay`` or
+    ``extend``, which hashed its module then: that hash is current (hashed here only when they could not)."""
     import tvm_ffi
 
     want = _WORKLOAD_HASH.get(key) if key is not None else None
@@ -119,7 +120,8 @@ def _unchanged(live: LiveSchedule, mod: Any, key: Any) -> bool:
         want = fingerprint(mod)
         if key is not None:
             _WORKLOAD_HASH.put(key, want)
-    return fingerprint(live.sch.mod) == want and bool(tvm_ffi.structural_equal(live.sch.mod, mod))
+    have = live.fingerprint if live.fingerprint is not None else fingerprint(live.sch.mod)
+    return have == want and bool(tvm_ffi.structural_equal(live.sch.mod, mod))
 
 
 def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str:
