@@ -355,3 +355,91 @@ def test_checked_sampling_keeps_every_attempt_within_its_own_constraint(setup):
             lines += c.text.count("\n")
     st = hook.stats
     assert lines > 0 and st.checked > 0 and 0 < st.check_refused < st.checked, st.as_dict()
+
+
+class RecordingBack(Recording):
+    """``Recording`` of a processor whose attempts take refused lines back: the scores of the tokens an attempt drops
+    are dropped with them, so ``out[a]`` are the distributions its kept tokens (and its end) were drawn from."""
+
+    takes_back = True
+
+    def __init__(self, proc):
+        super().__init__(proc)
+        self.dropped = 0
+
+    def line_marks(self, attempts):
+        drop, start = self.proc.line_marks(attempts)
+        for a, d in zip(attempts.tolist(), drop):
+            if d:
+                del self.out[a][-d:]
+                self.dropped += d
+        return drop, start
+
+
+def _fond_of(model, tok, text: str, boost: float):
+    """A copy of ``model`` whose output layer gets a bias of ``boost`` on every token (2+ characters) of ``text``: a
+    model that often writes compute-at lines TVM refuses (the random model mostly writes lines it accepts, or none)."""
+    import copy
+
+    import torch
+
+    fond = copy.deepcopy(model)
+    old = fond.lm_head
+    head = torch.nn.Linear(old.in_features, old.out_features, bias=True)
+    head.weight.data.copy_(old.weight.data)
+    head.bias.data.zero_()
+    words = [i for i in range(old.out_features) if len(tok.decode([i])) >= 2 and tok.decode([i]) in text]
+    head.bias.data[words] = boost
+    fond.lm_head = head
+    return fond
+
+
+def test_a_refused_line_is_drawn_again_as_if_it_never_was(setup):
+    """Line retries (``ConstrainedDecoding(line_retries=...)`` on the engine): a line TVM refuses is taken back and drawn
+    again.  What an attempt keeps is what a fresh constraint of its prompt (no retries) allows token by token and ends
+    in the same state; each kept token was drawn from the masked distribution of the model on the kept tokens alone
+    (the HF processor's, teacher-forced); lines were retried, attempts that retried went on past the retried line,
+    and an attempt ended at a refused line only with its retries spent.  Draw-then-check sampling keeps the same
+    invariants."""
+    import torch
+
+    from little_dragon.generation import constrained
+    from little_dragon.generation.shared_prefix import sample_token_ids
+
+    model, tok, prompts = setup
+    model = _fond_of(model, tok, "blk C\nloops b0 3\nat b0 l1\nrat b0 l2\nat b1 l2\n", 6.0)
+    k, temperature, retries = 4, 1.0, 3
+    for checked in (False, True):
+        hook = constrained.ConstrainedDecoding(tok, line_retries=retries)
+        inner = hook.attempt_processor(prompts, k)
+        proc = inner if checked else RecordingBack(inner)
+        constrained.SAMPLE_FIRST = checked
+        try:
+            out = sample_token_ids(model, tok, prompts, k, 64, temperature, prompts_per_chunk=4, logits_processor=proc,
+                                   generator=torch.Generator().manual_seed(3))
+        finally:
+            constrained.SAMPLE_FIRST = None
+        st = hook.stats
+        assert st.line_retries >= 5 and st.retried_tokens > st.line_retries, (st.reasons, st.retry_reasons)
+        went_on = 0
+        for p, attempts in enumerate(out.token_ids):
+            for j, new in enumerate(attempts):
+                c = inner.constraints[p * k + j]
+                ended = int(c.done)
+                assert _allowed_by_a_fresh_constraint(tok, prompts[p], new, ended) is None, (checked, p, j)
+                alone, fresh = _alone(model, tok, prompts[p], new, ended, temperature)
+                assert (c.text, c.line, c.dead, c.done) == (fresh.text, fresh.line, fresh.dead, fresh.done), (p, j)
+                assert c.retried <= retries and (c.retried == retries or not c.error.startswith("apply:")), c.error
+                went_on += c.retried > 0 and not c.dead
+                if checked:
+                    continue
+                got = [torch.log_softmax(s / temperature, -1) for s in proc.out[p * k + j]]
+                assert len(got) == len(new) + ended, (p, j)
+                for s, (g, want) in enumerate(zip(got, alone)):
+                    assert torch.equal(torch.isinf(g), torch.isinf(want)), (p, j, s)
+                    fin = torch.isfinite(want)
+                    assert torch.allclose(g[fin], want[fin], atol=2e-4), (p, j, s)
+        assert sum(c.retried for c in inner.constraints) == st.line_retries
+        assert went_on > 0, st.as_dict()
+        if not checked:
+            assert proc.dropped == st.retried_tokens

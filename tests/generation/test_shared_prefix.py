@@ -211,3 +211,77 @@ def test_a_logits_processor_sees_each_attempt_by_its_own_id(gqa_lm):
                 logits = model(input_ids=torch.tensor([ptoks + new])).logits[0, len(ptoks) - 1:].float()
             want = [float(torch.log_softmax(proc.mask(a, logits[s].clone()), -1)[t]) for s, t in enumerate(new)]
             assert lp == pytest.approx(want, abs=2e-4), (a, new)
+
+
+class _TakesBack:
+    """A processor that takes tokens back (``line_marks``): an attempt's "line" ends after a token divisible by 3;
+    with probability 0.35 a step's attempt drops its current line (at most 3 times an attempt), which the engine must
+    then draw again from the logits the line's first token was drawn from.  It keeps each attempt's tokens as it
+    understands them (``kept``), and counts what it took back."""
+
+    takes_back = True
+
+    def __init__(self, eos: int, seed: int):
+        import random
+
+        self.eos, self.rng = eos, random.Random(seed)
+        self.kept: dict[int, list[int]] = {}
+        self.line_start: dict[int, int] = {}
+        self.drops: dict[int, int] = {}
+        self.dropped = 0
+        self.errors: list[str] = []
+
+    def ahead(self, attempts, tokens, final=False):
+        for a, t in zip(attempts.tolist(), tokens.tolist()):
+            toks = self.kept.setdefault(a, [])
+            toks.append(t)
+            if t % 3 == 0:
+                self.line_start[a] = len(toks)
+
+    def line_marks(self, attempts):
+        drop, start = [], []
+        for a in attempts.tolist():
+            toks, at = self.kept.setdefault(a, []), self.line_start.get(a, 0)
+            d = 0
+            if len(toks) > at and self.drops.get(a, 0) < 3 and self.rng.random() < 0.35:
+                d = len(toks) - at
+                del toks[at:]
+                self.drops[a] = self.drops.get(a, 0) + 1
+                self.dropped += d
+            drop.append(d)
+            start.append(len(toks) == at)
+        return drop, start
+
+    def __call__(self, attempts, input_ids, scores):
+        for i, a in enumerate(attempts.tolist()):
+            n = len(self.kept.get(a, []))
+            if input_ids[i, :n].tolist() != self.kept.get(a, []):
+                self.errors.append(f"attempt {a}: input_ids {input_ids[i, :n].tolist()} != {self.kept.get(a)}")
+        return scores
+
+
+def test_taken_back_tokens_leave_no_trace(gqa_lm):
+    """Attempts that take tokens back (a refused line drawn again) are still computed exactly as if alone on the tokens
+    they keep: every kept token's log-probability is the model's on the kept sequence alone (a hidden column still
+    read, a position counted from the steps instead of the kept tokens, or a line redrawn from the wrong logits would
+    change it); the engine's tokens are the processor's; the attempts' budgets count kept tokens."""
+    import torch
+
+    from little_dragon.generation.shared_prefix import sample_token_ids
+
+    model, tok = gqa_lm
+    k, budget = 3, 14
+    proc = _TakesBack(tok.eos_token_id, seed=5)
+    out = sample_token_ids(model, tok, PROMPTS, k, budget, 1.0, prompts_per_chunk=5, logits_processor=proc,
+                           generator=torch.Generator().manual_seed(6))
+    assert proc.errors == []
+    assert proc.dropped > 20 and len(proc.drops) > 5, (proc.dropped, proc.drops)
+    longer = 0
+    for p, (attempts, lps) in enumerate(zip(out.token_ids, out.logprobs)):
+        for j, (new, lp) in enumerate(zip(attempts, lps)):
+            a = p * k + j
+            assert proc.kept[a][:len(new)] == new and len(proc.kept[a]) - len(new) in (0, 1)
+            assert len(new) <= budget
+            assert lp == pytest.approx(_alone_logprobs(model, tok, PROMPTS[p], new, 1.0), abs=2e-4), (a, new)
+            longer += proc.drops.get(a, 0) > 0 and len(new) == budget
+    assert longer > 0   # attempts that took tokens back still filled their budget (the chunk ran more steps)

@@ -31,6 +31,10 @@ class GenerationConfig:
                                           "validity passes (first pass only, metrics *_constrained).")
     constrained_resamples: int = field(2, help="Constrained decoding: an attempt whose line failed to apply is "
                                                "generated again at most this many times (counted; 0: keep it).")
+    constrained_line_retries: int = field(4, help="Constrained decoding on the shared_prefix engine: a line TVM refuses "
+                                                  "is taken back and drawn again inside its attempt, at most this many "
+                                                  "times an attempt (counted; 0: the attempt ends at that line and is "
+                                                  "resampled whole, constrained_resamples).")
     dtype: str = field("auto", help="Weights dtype for generation: auto (bfloat16 on a GPU, float32 on CPU), "
                                     "float32, bfloat16, float16.")
     device: str = field("auto", help="auto (cuda when available, else cpu), cpu, cuda, cuda:N.")

@@ -16,7 +16,10 @@ How (results/constrained-decoding.md has the library comparison and the A/B):
   primitives accept (``grammar_line``).
 - **Checked at the end of a line, not while decoding**: whatever TVM alone can decide (compute-at
   location counts, reorder of non-nested loops, split factors of value variables, tensorize
-  preconditions).  A line that does not apply ends the attempt (EOS is forced: no tokens are wasted on a
+  preconditions).  On the shared-prefix engine a line that does not apply is taken back and drawn again in its
+  attempt (``line_retries`` times an attempt, ``generation.constrained_line_retries``; the engine drops its tokens
+  and draws again from the logits its first token was drawn from: rejection sampling line by line, each retry
+  counted).  A line refused with no retry left ends the attempt (EOS is forced: no tokens are wasted on a
   dead schedule); the attempt counts as rejected (``ConstraintStats``) and ``generate_constrained``
   resamples it, up to ``max_resamples`` times, counting every resample.
 - **Checked at the end of the script**: ``post *`` runs the target's post-processors (on CUDA ending in
@@ -139,15 +142,19 @@ class ConstraintStats:
     redraws: int = 0               # tokens drawn again after a refusal, without the refused ones, and checked
     redraw_refused: int = 0        # of them refused (after ``shared_prefix.REDRAWS`` such, the mask decides)
     check_s: float = 0.0           # time checking sampled tokens (kind grammars compiled on demand included)
+    line_retries: int = 0          # lines TVM refused that were drawn again in their attempt (``line_retries``)
+    retried_tokens: int = 0        # the tokens those lines had (taken back from their attempts)
     reasons: dict[str, int] = dataclasses.field(default_factory=dict)
+    retry_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
 
-    def add_reason(self, reason: str) -> None:
-        key = reason[:120]
-        self.reasons[key] = self.reasons.get(key, 0) + 1
+    def add_reason(self, reason: str, retried: bool = False) -> None:
+        key, counts = reason[:120], self.retry_reasons if retried else self.reasons
+        counts[key] = counts.get(key, 0) + 1
 
     def as_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        d["reasons"] = dict(sorted(self.reasons.items(), key=lambda kv: -kv[1])[:20])
+        for name in ("reasons", "retry_reasons"):
+            d[name] = dict(sorted(getattr(self, name).items(), key=lambda kv: -kv[1])[:20])
         return d
 
 
@@ -573,6 +580,13 @@ class ScriptConstraint:
         self._line_order: dict[str, Any] = {}  # the line grammar's order rules (``_order``), for its kinds
         self.defer_end = False    # the end check runs beside decoding; ``settle`` applies its verdict
         self._end: Any = None     # the Future of a deferred end check
+        # line retries: a line TVM refuses is taken back and drawn again, at most ``line_retries`` times an attempt
+        # (set by an engine that can take tokens back: ``shared_prefix``'s ``line_marks``); ``take_back`` is how many
+        # tokens the engine must drop now; ``_line_start`` what the current line started from
+        self.line_retries = 0
+        self.retried = 0
+        self.take_back = 0
+        self._line_start: tuple = ()
         self._new_line(first=True)
 
     @property
@@ -620,13 +634,44 @@ class ScriptConstraint:
         if self.workload is not None and not self.finished:
             try:
                 self.state = self._state()
-            except Exception as e:  # noqa: BLE001 - the prefix does not apply: the attempt is dead
-                self._kill("apply", e)
+            except Exception as e:  # noqa: BLE001 - the prefix does not apply: retried, or the attempt is dead
+                if not self._retry(e):
+                    self._kill("apply", e)
                 return
         self.pending, self._matcher = self._grammar(first), None
         self.line = b""
         self._line_tokens, self._kinds, self._kind_matchers = [], None, None
+        self._line_start = (self.text, self.n_insts, self.post_section, self._line_order, self.pending)
         self.stats.state_s += time.perf_counter() - t0
+
+    def _retry(self, e: BaseException) -> bool:
+        """Take back the line TVM just refused (``e``) and start it again, if this attempt has retries left: its
+        tokens are dropped by the engine (``take_back``), the prefix is the one before it, and the line is drawn again
+        from the logits its first token was drawn from.  The attempt then samples its lines from the constrained
+        distribution given that TVM applies them (rejection sampling, line by line; each retry counted)."""
+        if self.retried >= self.line_retries or not self._line_start:
+            return False
+        self.retried += 1
+        self.take_back += len(self._line_tokens)
+        self.stats.line_retries += 1
+        self.stats.retried_tokens += len(self._line_tokens)
+        msg = str(e).strip().splitlines()
+        self.stats.add_reason(re.sub(r"\d+", "N", f"apply: {msg[-1] if msg else ''}"[:300]), retried=True)
+        self.text, self.n_insts, self.post_section, self._line_order, grammar = self._line_start
+        self.repaired.pop(self.text.count("\n"), None)
+        self.pending, self._matcher = grammar, None
+        self.line = b""
+        self._line_tokens, self._kinds, self._kind_matchers = [], None, None
+        return True
+
+    def taken_back(self) -> int:
+        """The tokens the engine must drop now (a retried line's), and from here on none."""
+        n, self.take_back = self.take_back, 0
+        return n
+
+    def at_line_start(self) -> bool:
+        """Whether the next token is a line's first (the engine keeps the logits it is drawn from: ``line_marks``)."""
+        return not (self.dead or self.done or self.finished or self.line or self._line_tokens)
 
     def _state(self) -> ScheduleState:
         key = (self.workload.key, self.text)
@@ -1145,6 +1190,19 @@ class AttemptLogitsProcessor:
             return
         self._ahead = (ids, toks, request_states([self.constraints[a] for a in ids], toks))
 
+    @property
+    def takes_back(self) -> bool:
+        """Whether attempts may take a refused line back (``line_marks``; their constraints have line retries)."""
+        return any(c.line_retries > 0 for c in self.constraints)
+
+    def line_marks(self, attempts: Any) -> tuple[list[int], list[bool]]:
+        """For each of ``attempts`` (ids, not ended), after its last token is consumed: how many of its last tokens the
+        engine drops (a line TVM refused, drawn again: ``ScriptConstraint.line_retries``) and whether its next token
+        starts a line (the engine keeps the logits it is drawn from, to draw a retried line again from them)."""
+        self._collect()
+        cs = [self.constraints[a] for a in attempts.tolist()]
+        return [c.taken_back() for c in cs], [c.at_line_start() for c in cs]
+
     def sample_first(self, device: Any) -> bool:
         """Whether the engine should draw each attempt's token unmasked, ask ``allows``, and mask (``__call__``)
         only the attempts whose draw was refused (``SAMPLE_FIRST``).  Exact: a draw from p kept when allowed, else
@@ -1229,8 +1287,9 @@ class ConstrainedDecoding:
     row ``i`` belongs to ``batch_prompts[i // k]``.  ``stats`` accumulates over all batches;
     ``last_constraints`` are the last batch's (for their ``dead``/``error``)."""
 
-    def __init__(self, tokenizer: Any, semantic: bool = True):
+    def __init__(self, tokenizer: Any, semantic: bool = True, line_retries: int = 0):
         self.tokenizer, self.semantic = tokenizer, semantic
+        self.line_retries = line_retries  # per attempt, on an engine that takes tokens back (``attempt_processor``)
         self.stats = ConstraintStats()
         self.last_constraints: list[ScriptConstraint] = []
         self.processor: CodecLogitsProcessor | None = None
@@ -1259,14 +1318,17 @@ class ConstrainedDecoding:
         self.processor = CodecLogitsProcessor(self.engine(), self.last_constraints)
         return self.processor
 
-    def attempt_processor(self, prompts: list[str], n: int, defer_end: bool = False) -> AttemptLogitsProcessor:
+    def attempt_processor(self, prompts: list[str], n: int, defer_end: bool = False,
+                          retries: bool = True) -> AttemptLogitsProcessor:
         """The shared-prefix engine's processor of one call over ``prompts``, ``n`` attempts each (attempt
         ``p * n + j`` is ``constraints[p * n + j]``; ``last_constraints`` are these).  ``defer_end``: the end checks
-        run beside decoding (the caller ``settle``s every constraint after the call)."""
+        run beside decoding (the caller ``settle``s every constraint after the call).  ``retries``: a refused line
+        is drawn again (``line_retries`` times an attempt; not when greedy, which would draw it again)."""
         t0 = time.perf_counter()
         self.last_constraints = self.constraints_for(prompts, n)
         for c in self.last_constraints:
             c.defer_end = defer_end
+            c.line_retries = self.line_retries if self.semantic and retries else 0
         self.stats.setup_s += time.perf_counter() - t0
         self.processor = None  # the model's forward pre-hook is the HF path's; the engine calls ``ahead`` itself
         return AttemptLogitsProcessor(self.engine(), self.last_constraints, t0)
@@ -1279,9 +1341,10 @@ class ConstrainedDecoding:
             proc.ahead(kwargs.get("input_ids", args[0] if args else None))
 
 
-def logits_processor_factory(tokenizer: Any, semantic: bool = True) -> ConstrainedDecoding:
-    """What ``generation.sample.LocalGenerator`` calls when ``generation.constrained`` is true."""
-    return ConstrainedDecoding(tokenizer, semantic)
+def logits_processor_factory(tokenizer: Any, semantic: bool = True, line_retries: int = 0) -> ConstrainedDecoding:
+    """What ``generation.sample.LocalGenerator`` calls when ``generation.constrained`` is true (``line_retries``:
+    ``generation.constrained_line_retries``, used on the shared-prefix engine)."""
+    return ConstrainedDecoding(tokenizer, semantic, line_retries)
 
 
 # ---------------------------------------------------------------------------- attempts with resampling
@@ -1376,7 +1439,7 @@ def _generate_constrained_shared(model: Any, tokenizer: Any, prompts: list[str],
         n = kk if temperature > 0 else 1
         # the end checks beside decoding: an attempt at `post *` may only end, so its verdict is needed only after
         # the call (the worker checks it while the model computes the next steps)
-        proc = hook.attempt_processor(ps, n, defer_end=True)
+        proc = hook.attempt_processor(ps, n, defer_end=True, retries=temperature > 0)
         try:
             out = sample_token_ids(model, tokenizer, ps, kk, max_new_tokens, temperature, prompts_per_chunk=chunk,
                                    logits_processor=proc)
@@ -1420,10 +1483,11 @@ def _with_resamples(tokenizer: Any, scripts: list[list[str]], ok: list[list[bool
     n_tok = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for x in final for t in x)
     st = hook.stats  # this hook's totals so far (a stage may call it several times)
     log.info("constrained generation: %d prompts, first pass %.1f s, %.1f s in all; totals: %d attempts (%d resampled), "
-             "%d lines checked, rejected %d at a line and %d at the end of the script (of %d checked), %d cut at the "
-             "budget; setup %.1f s, first masks %.1f s after each call's start, %d grammars compiled in %.1f s, state "
-             "%.1f s, masks %.1f s, waited for masks %.1f s", len(scripts), first_seconds, time.perf_counter() - t0,
-             st.attempts, st.resampled, st.lines, st.rejected_apply + st.rejected_decode, st.rejected_end,
+             "%d lines checked, %d drawn again in their attempt (%d tokens taken back), rejected %d at a line and %d at "
+             "the end of the script (of %d checked), %d cut at the budget; setup %.1f s, first masks %.1f s after each "
+             "call's start, %d grammars compiled in %.1f s, state %.1f s, masks %.1f s, waited for masks %.1f s",
+             len(scripts), first_seconds, time.perf_counter() - t0, st.attempts, st.resampled, st.lines,
+             st.line_retries, st.retried_tokens, st.rejected_apply + st.rejected_decode, st.rejected_end,
              st.end_checked, st.truncated, st.setup_s, st.first_mask_s, st.compiled, st.compile_s, st.state_s,
              st.mask_s, st.wait_s)
     return ConstrainedResult(final, first, first_ok, hook.stats, time.perf_counter() - t0, n_tok, first_seconds,

@@ -67,7 +67,8 @@ class LocalGenerator:
             except ImportError as e:
                 raise RuntimeError("generation.constrained is true but little_dragon.generation.constrained "
                                    f"is not available: {e}") from None
-            logits_processor_factory = constrained.logits_processor_factory(tokenizer)
+            logits_processor_factory = constrained.logits_processor_factory(
+                tokenizer, line_retries=cfg.constrained_line_retries)
         self.logits_processor_factory = logits_processor_factory
 
     def generate(self, prompts: list[str], k: int) -> list[list[str]]:

@@ -27,11 +27,24 @@ of ``prompts[p]`` (``n`` = k, or 1 when greedy).  Every step, before the model's
 hands it the tokens just sampled, ``proc.ahead(attempts, tokens, final)`` (``attempts`` the ids of the attempts
 that sampled them, EOS included; ``final``: no forward pass follows, the last tokens of the call), so its work on
 them can run while the model computes; after the forward it calls ``proc(attempts, input_ids, scores)`` on the
-attempts that have not ended: ``input_ids`` ``[m, t]`` their tokens so far, ``scores`` ``[m, V]`` their float
+attempts that have not ended: ``input_ids`` ``[m, t]`` their tokens so far (after tokens were taken back, below: an
+attempt's kept tokens first, then stale ones), ``scores`` ``[m, V]`` their float
 logits, to be returned masked (``-inf``: not allowed).  Sampling then draws from the processed logits at the
 temperature (``log_softmax(scores / T)``: the masked, renormalised distribution; ``logprobs`` are its), one token
 per attempt also at the first step (so every attempt gets its own mask there too).  Without a processor nothing
 of this runs: the samples are the same as before it existed (same seed, same draws).
+
+**Taking an attempt's last tokens back** (a processor with ``line_marks``: constrained decoding's line retries).
+Before each draw the engine asks ``proc.line_marks(attempts)`` for two lists: how many of its last tokens each attempt
+drops (a line TVM refused, to be drawn again) and whether its next token starts a line.  The engine keeps the logits
+an attempt drew a line's first token from; an attempt that drops tokens draws again from those logits, its dropped
+tokens' cache columns are hidden from it (never read again; the cache still grows by k columns a step), and its
+positions count its kept tokens only.  From the first such drop on, a chunk's mask and positions are built per
+attempt (``_ragged_mask``); until then they are the plain ones above (the same samples as without the hook).  An
+attempt's budget is ``max_new_tokens`` kept tokens; a chunk runs at most ``max_new_tokens + max_new_tokens // 4``
+steps when it can drop tokens, so attempts that drew lines again still reach most of their budget.  After the last
+step every attempt is asked once more (``line_marks`` of all of them): what it drops then (a line its last token ended,
+refused) is cut from its tokens.
 """
 from __future__ import annotations
 
@@ -120,35 +133,47 @@ def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_token
     # transformers >= 5.24 names the cache `cache` (past_key_values is deprecated there, the only name in 5.17)
     cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     cache = getattr(out, cache_kw)              # updated in place by every later forward
-    _preallocate(cache, lp_ + n * max_new_tokens)
+    lines = _takes_back(proc)
+    max_steps = max_new_tokens + (max_new_tokens // 4 if lines else 0)
+    _preallocate(cache, lp_ + n * max_steps)
     eos_t = torch.tensor(sorted(eos), device=device)
     alive = torch.arange(rows, device=device)        # cache row -> chunk row
     done = torch.zeros((rows, n), dtype=torch.bool, device=device)
     hist_tok = torch.full((rows, n, max_new_tokens), pad, dtype=torch.long, device=device)
+    hist_lp = torch.zeros((rows, n, max_new_tokens), dtype=torch.float32, device=device)
+    n_steps = torch.zeros((rows, n), dtype=torch.long, device=device)   # tokens kept per attempt
+    back = _TakeBack(rows, n, max_new_tokens, max_steps, device) if lines else None
     if proc is None:
         tok, lp = _sample(out.logits[:, -1, :].float(), n, temperature, generator)      # (rows, n)
     else:  # each attempt its own mask: the first step's logits once per attempt, one token each
         # attempt ids: chunk row r, attempt j -> prompts' index * n + j (fixed while rows leave the batch)
         base = torch.tensor(prompt_index if prompt_index is not None else list(range(rows)), device=device) * n
         ids_of = base[:, None] + torch.arange(n, device=device)[None, :]             # (rows, n)
-        tok, lp = _processed_sample(proc, out.logits[:, -1, None, :].float().expand(rows, n, -1), ids_of,
-                                    done, hist_tok, alive, 0, temperature, generator)
+        logits = out.logits[:, -1, None, :].float().expand(rows, n, -1)
+        if back is not None:
+            logits = back.marks(proc, logits, ids_of, done, alive, n_steps)
+        tok, lp = _processed_sample(proc, logits, ids_of, done, hist_tok, alive, 0, temperature, generator)
     # the suffix mask: attempt j sees column Lp + s*n + j' iff j' == j (s <= t)
     eye = torch.eye(n, dtype=torch.bool, device=device)
-    hist_lp = torch.zeros((rows, n, max_new_tokens), dtype=torch.float32, device=device)
-    n_steps = torch.zeros((rows, n), dtype=torch.long, device=device)   # tokens kept per attempt
     t = 0
     while True:
         live = ~done
-        hist_tok[alive, :, t] = torch.where(live, tok, pad)
-        hist_lp[alive, :, t] = torch.where(live, lp, 0.0)
+        if back is None or not back.ragged:
+            hist_tok[alive, :, t] = torch.where(live, tok, pad)
+            hist_lp[alive, :, t] = torch.where(live, lp, 0.0)
+        else:  # each attempt writes at its own length (some took tokens back)
+            back.write(hist_tok, hist_lp, alive, live, tok, lp, n_steps)
+        if back is not None:
+            back.kept(alive, live, n_steps, t)
         n_steps[alive] += live.long()
-        done = done | torch.isin(tok, eos_t)
+        done = done | torch.isin(tok, eos_t) | (n_steps[alive] >= max_new_tokens)
         t += 1
-        last = t >= max_new_tokens or bool(done.all())
+        last = t >= max_steps or bool(done.all())
         if proc is not None:  # the tokens just sampled, before the next forward pass (or the end)
             proc.ahead(ids_of[alive][live], tok[live], last)
         if last:
+            if back is not None:  # a line the last tokens ended and TVM refused: taken back, its attempt ends before it
+                back.trim(proc, ids_of, n_steps)
             break
         keep = ~done.all(1)
         if not bool(keep.all()):                     # rows whose attempts all ended leave the batch
@@ -156,14 +181,21 @@ def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_token
             cache.batch_select_indices(idx)
             alive, done, tok, prefix, lengths = alive[idx], done[idx], tok[idx], prefix[idx], lengths[idx]
         b = alive.shape[0]
-        mask = torch.cat([prefix[:, None, None, :].expand(b, 1, n, lp_),
-                          eye.repeat(1, t)[None, None].expand(b, 1, n, n * t)], dim=-1)
-        pos_ids = (lengths + (t - 1))[:, None].expand(b, n)
+        if back is None or not back.ragged:
+            mask = torch.cat([prefix[:, None, None, :].expand(b, 1, n, lp_),
+                              eye.repeat(1, t)[None, None].expand(b, 1, n, n * t)], dim=-1)
+            pos_ids = (lengths + (t - 1))[:, None].expand(b, n)
+        else:
+            mask = torch.cat([prefix[:, None, None, :].expand(b, 1, n, lp_), back.mask(alive, eye, t)], dim=-1)
+            pos_ids = lengths[:, None] + (n_steps[alive] - 1).clamp(min=0)
         out = model(input_ids=tok, attention_mask=mask, position_ids=pos_ids, use_cache=True, **{cache_kw: cache})
         if proc is None:
             tok, lp = _sample(out.logits.float(), 1, temperature, generator)   # (b, n) from (b, n, V)
         else:
-            tok, lp = _processed_sample(proc, out.logits.float(), ids_of[alive], done, hist_tok, alive, t,
+            logits = out.logits.float()
+            if back is not None:
+                logits = back.marks(proc, logits, ids_of[alive], done, alive, n_steps)
+            tok, lp = _processed_sample(proc, logits, ids_of[alive], done, hist_tok, alive, t,
                                         temperature, generator)
     # EOS ends an attempt and is not part of it (skip_special_tokens would drop it anyway)
     toks: list[list[list[int]]] = [[] for _ in range(rows)]
@@ -178,6 +210,92 @@ def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_token
             toks[r].append(row)
             lps[r].append(lrow)
     return toks, lps
+
+
+def _takes_back(proc: Any) -> bool:
+    """Whether ``proc`` may ask attempts to take tokens back (``line_marks``, and it says it will)."""
+    return proc is not None and callable(getattr(proc, "line_marks", None)) and bool(getattr(proc, "takes_back", False))
+
+
+class _TakeBack:
+    """The engine's side of taking tokens back (module docstring), indexed by chunk row like ``hist_tok``:
+    ``visible[r, j, s]``: attempt j of row r still reads the token it sampled at step s (its cache column);
+    ``step_of[r, j, i]``: the step of its i-th kept token; ``line_logits[r, j]``: the logits its current line's first
+    token was drawn from."""
+
+    def __init__(self, rows: int, n: int, max_new_tokens: int, max_steps: int, device: Any):
+        import torch
+
+        self.visible = torch.zeros((rows, n, max_steps), dtype=torch.bool, device=device)
+        self.step_of = torch.zeros((rows, n, max_new_tokens), dtype=torch.long, device=device)
+        self.line_logits: Any = None
+        self.ragged = False   # an attempt of this chunk took tokens back: per-attempt masks and positions from now on
+        self.taken = 0        # tokens taken back
+
+    def marks(self, proc: Any, logits: Any, ids_of: Any, done: Any, alive: Any, n_steps: Any) -> Any:
+        """Ask ``proc`` which live attempts (of the cache rows ``alive``) take tokens back and which start a line;
+        the logits to draw from: a taking-back attempt's are those its line's first token was drawn from."""
+        import torch
+
+        live = ~done
+        if not bool(live.any()):
+            return logits
+        drop, start = proc.line_marks(ids_of[live])
+        if self.line_logits is None:
+            self.line_logits = torch.zeros((self.visible.shape[0], *logits.shape[1:]), dtype=logits.dtype,
+                                           device=logits.device)
+        where = live.nonzero()                                       # (m, 2): cache row, attempt
+        back = [i for i, d in enumerate(drop) if d]
+        if back:
+            logits = logits.clone()
+            for i in back:
+                r, j = int(where[i, 0]), int(where[i, 1])
+                row = int(alive[r])
+                keep = int(n_steps[row, j]) - int(drop[i])
+                if keep < 0:
+                    raise ValueError(f"attempt {int(ids_of[live][i])} takes back {drop[i]} tokens of "
+                                     f"{int(n_steps[row, j])}")
+                self.visible[row, j, self.step_of[row, j, keep:int(n_steps[row, j])]] = False
+                n_steps[row, j] = keep
+                logits[r, j] = self.line_logits[row, j]
+                self.taken += int(drop[i])
+            self.ragged = True
+        starts = torch.tensor(start, dtype=torch.bool, device=logits.device)
+        if bool(starts.any()):
+            at = where[starts]
+            self.line_logits[alive[at[:, 0]], at[:, 1]] = logits[at[:, 0], at[:, 1]]
+        return logits
+
+    def trim(self, proc: Any, ids_of: Any, n_steps: Any) -> None:
+        """After the last step: the tokens every attempt still takes back (a line refused by a token the processor
+        consumed last, at the end or when its attempt reached its budget) are cut from its tokens."""
+        drop, _ = proc.line_marks(ids_of.flatten())
+        for i, d in enumerate(drop):
+            if d:
+                r, j = divmod(i, ids_of.shape[1])
+                n_steps[r, j] -= min(int(d), int(n_steps[r, j]))
+                self.taken += int(d)
+
+    def kept(self, alive: Any, live: Any, n_steps: Any, t: int) -> None:
+        """The live attempts' tokens of step ``t`` are kept: visible from now on, at their attempts' next index."""
+        rows, atts = live.nonzero(as_tuple=True)
+        chunk = alive[rows]
+        self.visible[chunk, atts, t] = True
+        self.step_of[chunk, atts, n_steps[chunk, atts].clamp(max=self.step_of.shape[2] - 1)] = t
+
+    def write(self, hist_tok: Any, hist_lp: Any, alive: Any, live: Any, tok: Any, lp: Any, n_steps: Any) -> None:
+        rows, atts = live.nonzero(as_tuple=True)
+        chunk = alive[rows]
+        at = n_steps[chunk, atts].clamp(max=hist_tok.shape[2] - 1)
+        hist_tok[chunk, atts, at] = tok[rows, atts]
+        hist_lp[chunk, atts, at] = lp[rows, atts]
+
+    def mask(self, alive: Any, eye: Any, t: int) -> Any:
+        """The suffix part of the 4-D mask, ``(b, 1, n, n * t)``: attempt j reads column ``s * n + j`` iff it still
+        keeps its step-s token."""
+        vis = self.visible[alive, :, :t]                             # (b, n, t)
+        b, n = vis.shape[0], vis.shape[1]
+        return (vis[:, :, :, None] & eye[None, :, None, :]).reshape(b, 1, n, t * n)
 
 
 def _processed_sample(proc: Any, logits: Any, ids_of: Any, done: Any, hist_tok: Any, alive: Any, t: int,
