@@ -106,3 +106,82 @@ def test_no_retries_where_the_engine_cannot_take_tokens_back(smollm2):
     hook = ConstrainedDecoding(smollm2, line_retries=3)
     hook([prompt], 2)
     assert all(c.line_retries == 0 for c in hook.last_constraints)
+
+
+def test_a_refused_line_is_not_written_again_at_its_start(engine, smollm2, matmul):
+    """After a retry the token that would end the refused line again is forbidden, by the mask and by ``allows`` alike
+    (draw-then-check samples the same set), with or without a trailing space; other lines, and the refused line's
+    own start, stay allowed; once a line is accepted the next line may write it again."""
+    from little_dragon.generation.constrained import ScriptConstraint, allocate_bitmask, unpack_bitmask
+
+    c = ScriptConstraint(engine, matmul)
+    c.line_retries = 3
+    _feed(c, engine, smollm2, HEAD + REFUSED[0] + "\n")
+    assert c.refused == {REFUSED[0].encode()} and c.taken_back() > 0
+    ids = smollm2(REFUSED[0] + "\n", add_special_tokens=False)["input_ids"]
+    _feed(c, engine, smollm2, smollm2.decode(ids[:-1]))      # the refused line's text, not yet ended
+    last = ids[-1]
+    bits = allocate_bitmask(1, engine.vocab_size)
+    c.fill_mask(bits, 0)
+    mask = unpack_bitmask(bits, engine.vocab_size)[0]
+    assert not mask[last] and not c.allows(last)
+    assert c.refused_completions() and all(not mask[t] for t in c.refused_completions())
+    for t in mask.nonzero().flatten().tolist():               # every token the mask keeps, allows keeps
+        assert c.allows(t), smollm2.decode([t])
+    space = smollm2(" ", add_special_tokens=False)["input_ids"]
+    assert len(space) == 1 and c.allows(space[0])              # a blank: the line may go on ...
+    c.advance(space[0])
+    assert not any(c.allows(t) for t, b in engine.newline_tokens() if b.strip() == b"")   # ... not end there
+    # another line at this start is allowed to its end and applies
+    d = ScriptConstraint(engine, matmul)
+    d.line_retries = 3
+    _feed(d, engine, smollm2, HEAD + REFUSED[0] + "\n")
+    d.taken_back()
+    _feed(d, engine, smollm2, "tile l1 = 8 8\n")
+    assert not d.dead and d.refused == set() and d.text == HEAD + "tile l1 = 8 8\n"
+
+
+def _last_tile_run(lines: list[str]) -> tuple[int, int]:
+    tiles = [k for k, ln in enumerate(lines) if ln.startswith("tile")]
+    end = tiles[-1] + 1
+    start = tiles[-1]
+    while start > 0 and lines[start - 1].startswith("tile"):
+        start -= 1
+    return start, end
+
+
+def test_a_script_the_end_check_refuses_goes_back_to_its_last_tiling(engine, smollm2):
+    """A real measured CUDA record whose last tiling's inner tile factors are all set to 1 (a tiling the mask allows)
+    is refused by the end check at `post *`.  With a retry left the attempt goes back to that tiling's first `tile`
+    line (not dead, the prefix before it, that line's start again; the engine drops every token since), and the
+    record's own lines from there end it alive; without retries it ends at `post *` as before."""
+    import re
+
+    from dragon_testkit import CODEC_DATA, model_script_lines, real_records
+
+    from little_dragon.generation.constrained import ScriptConstraint, Workload
+
+    name, mod, target, tj = next(real_records(CODEC_DATA / "real_cuda_valid_db"))
+    lines = model_script_lines(tj)
+    a, b = _last_tile_run(lines)
+    ones = [re.sub(r"^(tile l\d+(?: m=\d+)? = \d+)(.*)$", lambda m: m.group(1) + " 1" * len(m.group(2).split()), ln)
+            for ln in lines[a:b]]
+    assert ones != lines[a:b]
+    bad = lines[:a] + ones + lines[b:]
+    wl = Workload(mod, target)
+    head = "".join(x + "\n" for x in lines[:a])
+    plain = ScriptConstraint(engine, wl)
+    _feed(plain, engine, smollm2, "".join(x + "\n" for x in bad))
+    assert plain.dead and plain.error.startswith("post:"), plain.error
+    c = ScriptConstraint(engine, wl)
+    c.line_retries = 1
+    n_head = _feed(c, engine, smollm2, head)
+    n_all = n_head + _feed(c, engine, smollm2, "".join(x + "\n" for x in bad[a:]))
+    assert not c.dead and c.taken_back() == n_all - n_head and c.n_tokens == n_head, c.error
+    assert (c.text, c.line, c.finished, c.retried) == (head, b"", False, 1) and c.at_line_start()
+    assert c.stats.line_retries == 1 and c.stats.rejected_end == 0
+    assert all(r.startswith("post:") for r in c.stats.retry_reasons), c.stats.retry_reasons
+    _feed(c, engine, smollm2, "".join(x + "\n" for x in lines[a:]))
+    c.advance(smollm2.eos_token_id)
+    assert c.done and not c.dead and c.text == "".join(x + "\n" for x in lines), c.error
+    assert c.stats.end_checked == 2

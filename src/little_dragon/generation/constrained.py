@@ -181,6 +181,7 @@ class TokenEngine:
         self._bytes: dict[int, bytes] = {}
         self._ws_masks: dict[int, Any] = {}
         self._ws_ok: list[bytes] | None = None
+        self._newline: list[tuple[int, bytes]] | None = None
         self.compile_work_s = 0.0  # seconds spent compiling line grammars, all threads (not only waiting)
         # a line grammar is compiled once per line: not precomputing large lexemes makes that ~3x faster
         # (10 ms instead of 30 for SmolLM2's 49k vocabulary) and masks stay ~30 us
@@ -241,6 +242,12 @@ class TokenEngine:
             stats.compile_s += time.perf_counter() - t0  # time spent waiting for compiles
             stats.compiled += len(compiled)
         return out
+
+    def newline_tokens(self) -> list[tuple[int, bytes]]:
+        """The tokens whose bytes hold a newline (the only ones that can end a line), with their bytes."""
+        if self._newline is None:
+            self._newline = [(t, b) for t in range(self.vocab_size) if b"\n" in (b := self.token_bytes(t))]
+        return self._newline
 
     def token_bytes(self, tok: int) -> bytes:
         b = self._bytes.get(tok)
@@ -553,6 +560,18 @@ def _post_hazard(insts: list) -> str | None:
 
 
 # ------------------------------------------------------------------------------------- one attempt's state
+@dataclasses.dataclass(frozen=True)
+class _Start:
+    """What a line of an attempt started from (``ScriptConstraint._starts``): to go back to it."""
+    text: str
+    n_insts: int
+    post_section: bool
+    order: dict
+    grammar: str | None
+    state: Any
+    n_tokens: int
+
+
 class ScriptConstraint:
     """The constraint of one attempt, advanced token by token.
 
@@ -580,13 +599,16 @@ class ScriptConstraint:
         self._line_order: dict[str, Any] = {}  # the line grammar's order rules (``_order``), for its kinds
         self.defer_end = False    # the end check runs beside decoding; ``settle`` applies its verdict
         self._end: Any = None     # the Future of a deferred end check
-        # line retries: a line TVM refuses is taken back and drawn again, at most ``line_retries`` times an attempt
-        # (set by an engine that can take tokens back: ``shared_prefix``'s ``line_marks``); ``take_back`` is how many
-        # tokens the engine must drop now; ``_line_start`` what the current line started from
+        # line retries: a line TVM refuses (or a script the end check refuses) is taken back and drawn again, at most
+        # ``line_retries`` times an attempt (set by an engine that can take tokens back: ``shared_prefix``'s
+        # ``line_marks``); ``take_back`` is how many tokens the engine must drop now; ``_starts[k]`` what line k
+        # started from (``_Start``), ``n_tokens`` the tokens consumed so far
         self.line_retries = 0
         self.retried = 0
         self.take_back = 0
-        self._line_start: tuple = ()
+        self.n_tokens = 0
+        self._starts: list[_Start] = []
+        self.refused: set[bytes] = set()   # lines TVM refused at this line's start: never completed again here
         self._new_line(first=True)
 
     @property
@@ -641,28 +663,76 @@ class ScriptConstraint:
         self.pending, self._matcher = self._grammar(first), None
         self.line = b""
         self._line_tokens, self._kinds, self._kind_matchers = [], None, None
-        self._line_start = (self.text, self.n_insts, self.post_section, self._line_order, self.pending)
+        self._starts.append(_Start(self.text, self.n_insts, self.post_section, self._line_order, self.pending,
+                                   self.state, self.n_tokens))
+        self.refused = set()
         self.stats.state_s += time.perf_counter() - t0
 
     def _retry(self, e: BaseException) -> bool:
         """Take back the line TVM just refused (``e``) and start it again, if this attempt has retries left: its
         tokens are dropped by the engine (``take_back``), the prefix is the one before it, and the line is drawn again
         from the logits its first token was drawn from.  The attempt then samples its lines from the constrained
-        distribution given that TVM applies them (rejection sampling, line by line; each retry counted)."""
-        if self.retried >= self.line_retries or not self._line_start:
+        distribution given that TVM applies them (rejection sampling, line by line; each retry counted), except that
+        a refused line is never completed again at that start (``refused``: the token that would end it is masked, so
+        a confident model does not spend its retries writing the same line again)."""
+        if self.retried >= self.line_retries or not self._starts:
             return False
-        self.retried += 1
-        self.take_back += len(self._line_tokens)
-        self.stats.line_retries += 1
-        self.stats.retried_tokens += len(self._line_tokens)
+        self.refused.add(self.text[len(self._starts[-1].text):].strip().encode())
         msg = str(e).strip().splitlines()
-        self.stats.add_reason(re.sub(r"\d+", "N", f"apply: {msg[-1] if msg else ''}"[:300]), retried=True)
-        self.text, self.n_insts, self.post_section, self._line_order, grammar = self._line_start
-        self.repaired.pop(self.text.count("\n"), None)
-        self.pending, self._matcher = grammar, None
+        self._go_back(len(self._starts) - 1, f"apply: {msg[-1] if msg else ''}")
+        return True
+
+    def _retry_end(self, why: str) -> bool:
+        """Take back the end of a script the end check refused (``why``), if this attempt has retries left: back to
+        the first `tile` line of its last tiling when it has one (on CUDA nearly every refusal is a thread count
+        outside the tiling's bounds, which its tile factors decide: 46 of 50 VerifyGPUCode refusals of session 18's
+        H200 A/B), else to its last line; its lines from there are drawn again (rejection sampling of that suffix
+        given the end check, counted).  Not where it would go back to the script's start."""
+        if self.retried >= self.line_retries or len(self._starts) < 2:
+            return False
+        lines = self.text.split("\n")[:-1]          # the lines before `post *` (line k started at ``_starts[k]``)
+        tiles = [k for k, ln in enumerate(lines) if ln.startswith("tile")]
+        to = len(lines) - 1
+        if tiles:
+            to = tiles[-1]
+            while to > 0 and lines[to - 1].startswith("tile"):
+                to -= 1
+        if to <= 0:
+            return False
+        self._go_back(to, f"post: {why}")
+        return True
+
+    def _go_back(self, k: int, why: str) -> None:
+        """Return to the start of line ``k`` (``_starts[k]``): the engine drops every token consumed since (``take_back``)
+        and draws line k again from the logits its first token was drawn from."""
+        start = self._starts[k]
+        del self._starts[k + 1:]
+        n = self.n_tokens - start.n_tokens
+        self.retried += 1
+        self.take_back += n
+        self.stats.line_retries += 1
+        self.stats.retried_tokens += n
+        self.stats.add_reason(re.sub(r"\d+", "N", why[:300]), retried=True)
+        self.text, self.n_insts, self.post_section, self._line_order = (start.text, start.n_insts, start.post_section,
+                                                                         start.order)
+        self.state, self.n_tokens, self.finished = start.state, start.n_tokens, False
+        self.repaired = {i: r for i, r in self.repaired.items() if i < k}
+        if why.startswith("post:"):
+            self.refused = set()   # lines refused at the line gone back to are forgotten: its prefix is the same, but
+            #                        those refusals were for other, later starts (``_starts`` ended there)
+        self.pending, self._matcher = start.grammar, None
         self.line = b""
         self._line_tokens, self._kinds, self._kind_matchers = [], None, None
-        return True
+
+    def completes_refused(self, b: bytes) -> bool:
+        """Whether a token of bytes ``b`` would end the current line as one TVM refused at its start (``refused``)."""
+        return bool(self.refused) and b"\n" in b and (self.line + b).partition(b"\n")[0].strip() in self.refused
+
+    def refused_completions(self) -> list[int]:
+        """The tokens that would end the current line as one TVM refused at its start (masked: ``restrict_whitespace``)."""
+        if not self.refused:
+            return []
+        return [t for t, b in self.engine.newline_tokens() if self.completes_refused(b)]
 
     def taken_back(self) -> int:
         """The tokens the engine must drop now (a retried line's), and from here on none."""
@@ -702,6 +772,20 @@ class ScriptConstraint:
         self.stats.lines += 1
         candidate = self.text + line + "\n"
         if _DERIVED_POST.fullmatch(line.strip()):  # `post *` (also `post*`: the codec reads it so)
+            if self.workload is not None and self.retried < self.line_retries:
+                # with retries left the verdict is needed now (not beside decoding): a refused script goes back
+                self.stats.end_checked += 1
+                why = self._finish_check(candidate)
+                if why and self._retry_end(why):
+                    return
+                self.finished, self.text = True, candidate
+                if why:
+                    self._kill("post", why)
+                    return
+                self.pending, self._matcher = self._grammar(False), None
+                self.line = b""
+                self._line_tokens, self._kinds, self._kind_matchers = [], None, None
+                return
             self.finished = True  # `post *`: the post-processing is derived; the finished kernel is checked here
             self.text = candidate
             if self.workload is not None:
@@ -756,6 +840,7 @@ class ScriptConstraint:
             self._kill("decode", f"token {token} not allowed: {self.matcher.get_error()}")
             return
         self._line_tokens.append(token)
+        self.n_tokens += 1
         line = self.ended_line(b)
         self.line += b
         if line is not None:
@@ -884,6 +969,8 @@ class ScriptConstraint:
             return token == eos
         if token != eos and not self.engine.whitespace_ok(token, self.whitespace_state()):
             return False
+        if token != eos and self.refused and self.completes_refused(self.engine.token_bytes(token)):
+            return False
         if token == eos and self.pending is not None and not self.may_end():
             return False  # no end before the post-processing (a line's fresh matcher is never stopped)
         if (token == eos or self.pending is None or self.workload is None or self.state is None or self.finished
@@ -1003,7 +1090,8 @@ _NON_CANONICAL_WS = (b"  ", b"\t", b"\r", b"\n\n", b" \n", b"\n ")
 
 def restrict_whitespace(rows: list[tuple[ScriptConstraint, int]], bitmask: Any) -> None:
     """AND the canonical-white-space masks into ``bitmask``'s rows (each ``(constraint, row)``, a live
-    attempt whose grammar mask is written); an attempt left no token (only white space could follow: a
+    attempt whose grammar mask is written), and clear the tokens that would end a line TVM refused at the line's
+    start (``ScriptConstraint.refused``); an attempt left no token (only white space could follow: a
     dead end) is ended (EOS only)."""
     if not rows:
         return
@@ -1014,6 +1102,9 @@ def restrict_whitespace(rows: list[tuple[ScriptConstraint, int]], bitmask: Any) 
     states = torch.tensor([c.whitespace_state() for c, _ in rows])
     grammar = bitmask[idx]
     out = grammar & masks[states]
+    for i, (c, _) in enumerate(rows):  # and never a line TVM refused at this line's start (line retries)
+        for t in c.refused_completions():
+            out[i, t // 32] &= ~_bit(t % 32)
     early = torch.tensor([not c.may_end() for c, _ in rows])
     if bool(early.any()):  # no end before the post-processing (see above)
         e = rows[0][0].engine.eos_id

@@ -348,8 +348,11 @@ _REPLACED = ("start:", "k_blk:", "k_loops:", "k_kids:", "k_prods:", "k_cons:", "
 def _fixed_rules() -> str:
     """The part of every line grammar that does not depend on the schedule (built once)."""
     out: list[str] = []
+    in_inst = False
     for line in _base_lines():
-        if line.startswith(_REPLACED):
+        # `?inst` (its alternatives on continuation lines) is every state's own (``_inst_rule``)
+        in_inst = line.startswith("?inst:") or (in_inst and line[:1] in (" ", "\t"))
+        if in_inst or line.startswith(_REPLACED):
             continue
         # llguidance has no terminal priorities; Lark's FLOAT.2 only breaks ties that the parser state
         # (an integer, a float or a name is expected) already decides here
@@ -618,8 +621,7 @@ def _uses(directives: list[str]) -> set[str]:
 def _fixed_graph() -> tuple[dict[str, tuple[str, frozenset[str]]], tuple[str, ...], tuple[str, ...]]:
     """``rule_graph`` of the fixed rules, their directives and the instruction kinds (``?inst``'s alternatives)."""
     graph, directives = rule_graph(_fixed_rules())
-    kinds = tuple(k for k in sorted(graph["inst"][1]) if k.startswith("k_"))
-    return graph, tuple(directives), kinds
+    return graph, tuple(directives), all_kinds()
 
 
 _KEYWORD = re.compile(r'\s*"([a-z]+)"')
@@ -634,9 +636,10 @@ class LineKinds:
     _NL?`` with the rules and terminals it reaches and the grammar's directives (``%ignore``), as text."""
 
     def __init__(self, semantic: str):
-        fixed, directives, kinds = _fixed_graph()
+        fixed, directives, _ = _fixed_graph()
         own, more = rule_graph(semantic)
         self._graph = {**fixed, **own}
+        kinds = sorted(k for k in self._graph["inst"][1] if k.startswith("k_"))  # the kinds with a line to write
         self._directives = list(directives) + more
         self._texts: dict[str, str] = {}
         self._tiles: dict[str, str] | None = None
@@ -708,7 +711,8 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     if state is None:
         return "\n".join([_SYNTAX_ONLY, *(_base_rule(r) for r in _CODEC_AS_IS), _base_rule("k_unann"),
                           _fixed_form(_base_rule("k_rfactor")), _base_rule("k_post"),
-                          *(_fixed_form(_base_rule(r)) for r in _BUFFER_KINDS), _reorder_rule(reorder_derived)])
+                          *(_fixed_form(_base_rule(r)) for r in _BUFFER_KINDS), _reorder_rule(reorder_derived),
+                          _inst_rule(all_kinds())])
     out: list[str] = []
     out.append("BREF: " + _alts([f"b{k}" for k in sorted(state.blocks)]))
     out.append("BNROOT: " + _alts([f"b{k}" for k in sorted(state.blocks) if k not in state.root_blocks]))
@@ -740,4 +744,130 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     out += ([_narrowed("k_inline", "BREF", "BINLINE"), "BINLINE: " + _alts(inlinable)] if inlinable
             else _unreachable("k_inline"))
     out.append(_reorder_rule(reorder_derived))
+    out.append(_inst_rule(_productive_kinds("\n".join(out))))
     return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------- kinds with a line to write
+# [dead ends] An instruction whose rule can write no complete line in this state (`unroll` with no loop, `rat b3` with
+# no loop, `unann` with nothing annotated: a variable terminal with no variable, ``NEVER``) is left out of ``?inst``.
+# llguidance does not prune such rules: it allowed the keyword, then no token but white space (the tiny model's
+# `unroll ` after `blk root`: 19 of 39 first-pass rejections of a sealed CPU run, session 18).  Found by a
+# productivity pass over the line grammar (a rule is productive when some expansion has only productive parts).
+_INST_HEAD = re.compile(r"\?inst:")
+
+
+@functools.lru_cache(maxsize=1)
+def all_kinds() -> tuple[str, ...]:
+    """The codec's instruction kinds, ``?inst``'s alternatives in its order."""
+    lines, out, on = _base_lines(), [], False
+    for line in lines:
+        on = bool(_INST_HEAD.match(line)) or (on and line[:1] in (" ", "\t"))
+        if on:
+            out += re.findall(r"\bk_[a-z]+\b", line)
+    return tuple(out)
+
+
+def _inst_rule(kinds: list[str] | tuple[str, ...]) -> str:
+    return "?inst: " + " | ".join(kinds)
+
+
+def _productive_kinds(semantic: str) -> list[str]:
+    """The kinds (``all_kinds`` order) whose rule writes some complete line in the grammar of the fixed rules and
+    ``semantic`` (the state's rules, which take precedence)."""
+    graph = {**_fixed_graph()[0], **rule_graph(semantic)[0]}
+    order: list[str] = []      # the names the kinds reach (a few dozen of the grammar's ~200), uses first
+    seen: set[str] = set()
+
+    def visit(n: str) -> None:
+        seen.add(n)
+        for m in graph[n][1]:
+            if m not in seen and m in graph:
+                visit(m)
+        order.append(n)
+
+    for k in all_kinds():
+        if k in graph and k not in seen:
+            visit(k)
+    productive: set[str] = set()
+    changed = True
+    while changed:             # one pass in that order settles all but recursive rules
+        changed = False
+        for n in order:
+            if n not in productive and _yields(_expr(graph[n][0]), productive, graph):
+                productive.add(n)
+                changed = True
+    return [k for k in all_kinds() if k in productive]
+
+
+def _yields(e: tuple, productive: set[str], defined: dict) -> bool:
+    op = e[0]
+    if op == "lit":
+        return True
+    if op == "never":
+        return False
+    if op == "name":
+        return e[1] in productive or e[1] not in defined   # an imported or built-in name: productive
+    if op == "opt":
+        return True
+    if op == "seq":
+        return all(_yields(x, productive, defined) for x in e[1])
+    return any(_yields(x, productive, defined) for x in e[1])   # alt
+
+
+_EXPRS: dict[str, tuple] = {}
+
+
+def _expr(rule: str) -> tuple:
+    """A rule or terminal's body as ``("alt", [("seq", [item, ..]), ..])``; an item is ``("lit",)`` (a string or a
+    regex that matches something), ``("never",)`` (``NEVER``), ``("name", n)``, ``("opt", e)`` (``?``, ``*``, ``[..]``),
+    or a group; ``+`` and aliases (``-> name``) change nothing here.  Cached by the rule's text."""
+    hit = _EXPRS.get(rule)
+    if hit is None:
+        body = rule[_RULE_HEAD.match(rule).end():]
+        toks = [m.group(0) for m in _LEXEME.finditer(body) if not m.group(0).isspace()]
+        hit, _ = _parse_alt(toks, 0)
+        if len(_EXPRS) > 65536:
+            _EXPRS.clear()
+        _EXPRS[rule] = hit
+    return hit
+
+
+def _parse_alt(toks: list[str], i: int) -> tuple[tuple, int]:
+    seqs = []
+    while True:
+        seq, i = _parse_seq(toks, i)
+        seqs.append(seq)
+        if i < len(toks) and toks[i] == "|":
+            i += 1
+            continue
+        return ("alt", seqs), i
+
+
+def _parse_seq(toks: list[str], i: int) -> tuple[tuple, int]:
+    items = []
+    while i < len(toks) and toks[i] not in ("|", ")", "]"):
+        t = toks[i]
+        if t == "-" and i + 1 < len(toks) and toks[i + 1] == ">":   # an alias: `-> name`
+            i += 3
+            continue
+        if t in ("(", "["):
+            e, i = _parse_alt(toks, i + 1)
+            i += 1                                                   # the closing bracket
+            if t == "[":
+                e = ("opt", e)
+        elif t[:1] == '"':
+            e, i = ("lit",), i + 1
+        elif t[:1] == "/":
+            e, i = (("never",) if t == NEVER else ("lit",)), i + 1
+        elif t[:1].isalpha() or t[:1] == "_":
+            e, i = ("name", t), i + 1
+        else:                                                        # `~`, a number, `..`: nothing that can end a rule
+            i += 1
+            continue
+        while i < len(toks) and toks[i] in ("?", "*", "+"):
+            if toks[i] != "+":
+                e = ("opt", e)
+            i += 1
+        items.append(e)
+    return ("seq", items), i

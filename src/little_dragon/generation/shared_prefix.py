@@ -36,8 +36,9 @@ of this runs: the samples are the same as before it existed (same seed, same dra
 
 **Taking an attempt's last tokens back** (a processor with ``line_marks``: constrained decoding's line retries).
 Before each draw the engine asks ``proc.line_marks(attempts)`` for two lists: how many of its last tokens each attempt
-drops (a line TVM refused, to be drawn again) and whether its next token starts a line.  The engine keeps the logits
-an attempt drew a line's first token from; an attempt that drops tokens draws again from those logits, its dropped
+drops (a line TVM refused, to be drawn again, or the lines back to an earlier line's start) and whether its next token
+starts a line.  The engine keeps the logits an attempt drew each line's first token from; an attempt that drops tokens
+(back to a line's start: any other count is refused) draws again from that line's logits, its dropped
 tokens' cache columns are hidden from it (never read again; the cache still grows by k columns a step), and its
 positions count its kept tokens only.  From the first such drop on, a chunk's mask and positions are built per
 attempt (``_ragged_mask``); until then they are the plain ones above (the same samples as without the hook).  An
@@ -220,30 +221,26 @@ def _takes_back(proc: Any) -> bool:
 class _TakeBack:
     """The engine's side of taking tokens back (module docstring), indexed by chunk row like ``hist_tok``:
     ``visible[r, j, s]``: attempt j of row r still reads the token it sampled at step s (its cache column);
-    ``step_of[r, j, i]``: the step of its i-th kept token; ``line_logits[r, j]``: the logits its current line's first
-    token was drawn from."""
+    ``step_of[r, j, i]``: the step of its i-th kept token; ``line_logits[(r, j)][i]``: the logits it drew a line's first
+    token from when it had kept ``i`` tokens (every line start it may go back to)."""
 
     def __init__(self, rows: int, n: int, max_new_tokens: int, max_steps: int, device: Any):
         import torch
 
         self.visible = torch.zeros((rows, n, max_steps), dtype=torch.bool, device=device)
         self.step_of = torch.zeros((rows, n, max_new_tokens), dtype=torch.long, device=device)
-        self.line_logits: Any = None
+        self.line_logits: dict[tuple[int, int], dict[int, Any]] = {}
         self.ragged = False   # an attempt of this chunk took tokens back: per-attempt masks and positions from now on
         self.taken = 0        # tokens taken back
 
     def marks(self, proc: Any, logits: Any, ids_of: Any, done: Any, alive: Any, n_steps: Any) -> Any:
         """Ask ``proc`` which live attempts (of the cache rows ``alive``) take tokens back and which start a line;
-        the logits to draw from: a taking-back attempt's are those its line's first token was drawn from."""
-        import torch
-
+        the logits to draw from: a taking-back attempt's are those the first token of the line it goes back to was
+        drawn from."""
         live = ~done
         if not bool(live.any()):
             return logits
         drop, start = proc.line_marks(ids_of[live])
-        if self.line_logits is None:
-            self.line_logits = torch.zeros((self.visible.shape[0], *logits.shape[1:]), dtype=logits.dtype,
-                                           device=logits.device)
         where = live.nonzero()                                       # (m, 2): cache row, attempt
         back = [i for i, d in enumerate(drop) if d]
         if back:
@@ -252,18 +249,21 @@ class _TakeBack:
                 r, j = int(where[i, 0]), int(where[i, 1])
                 row = int(alive[r])
                 keep = int(n_steps[row, j]) - int(drop[i])
-                if keep < 0:
-                    raise ValueError(f"attempt {int(ids_of[live][i])} takes back {drop[i]} tokens of "
-                                     f"{int(n_steps[row, j])}")
+                starts = self.line_logits.get((row, j), {})
+                if keep not in starts:
+                    raise ValueError(f"attempt {int(ids_of[live][i])} takes back {drop[i]} of its "
+                                     f"{int(n_steps[row, j])} tokens: no line started after {keep}")
                 self.visible[row, j, self.step_of[row, j, keep:int(n_steps[row, j])]] = False
                 n_steps[row, j] = keep
-                logits[r, j] = self.line_logits[row, j]
+                logits[r, j] = starts[keep]
+                for later in [k for k in starts if k > keep]:
+                    del starts[later]
                 self.taken += int(drop[i])
             self.ragged = True
-        starts = torch.tensor(start, dtype=torch.bool, device=logits.device)
-        if bool(starts.any()):
-            at = where[starts]
-            self.line_logits[alive[at[:, 0]], at[:, 1]] = logits[at[:, 0], at[:, 1]]
+        for i in (i for i, s in enumerate(start) if s):
+            r, j = int(where[i, 0]), int(where[i, 1])
+            row = int(alive[r])
+            self.line_logits.setdefault((row, j), {})[int(n_steps[row, j])] = logits[r, j].clone()
         return logits
 
     def trim(self, proc: Any, ids_of: Any, n_steps: Any) -> None:
