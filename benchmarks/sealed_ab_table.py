@@ -47,15 +47,17 @@ def plot(rows: list[dict], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     codes = sorted({r["code"] for r in rows}, key=lambda c: (c != "before", c))
-    arms = ["free", "constrained", "constrained-r2"]
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    known = {"free": "free", "constrained": "constrained\n(first pass)", "constrained-r2": "constrained\n(2 resamples)"}
+    present = {r["arm"] for r in rows}
+    arms = [a for a in known if a in present] + sorted(present - set(known))   # other arms by name, after these
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.4 * len(arms)), 3.6))
     width = 0.8 / len(codes)
     for i, code in enumerate(codes):
         vals = [next((r["correct"] for r in rows if r["code"] == code and r["arm"] == arm), 0.0) for arm in arms]
         bars = ax.bar([x + i * width for x in range(len(arms))], vals, width, label=code)
         ax.bar_label(bars, labels=[f"{v:.0%}" for v in vals], fontsize=8)
     ax.set_xticks([x + width * (len(codes) - 1) / 2 for x in range(len(arms))],
-                  ["free", "constrained\n(first pass)", "constrained\n(2 resamples)"])
+                  [known.get(a, a.replace("+", "\n+")) for a in arms], fontsize=8)
     ax.set_ylabel("correct per attempt")
     ax.set_ylim(0, 1)
     ax.legend(title="constraint code")
