@@ -772,31 +772,21 @@ class ScriptConstraint:
         self.stats.lines += 1
         candidate = self.text + line + "\n"
         if _DERIVED_POST.fullmatch(line.strip()):  # `post *` (also `post*`: the codec reads it so)
-            if self.workload is not None and self.retried < self.line_retries:
-                # with retries left the verdict is needed now (not beside decoding): a refused script goes back
-                self.stats.end_checked += 1
-                why = self._finish_check(candidate)
-                if why and self._retry_end(why):
-                    return
-                self.finished, self.text = True, candidate
-                if why:
-                    self._kill("post", why)
-                    return
-                self.pending, self._matcher = self._grammar(False), None
-                self.line = b""
-                self._line_tokens, self._kinds, self._kind_matchers = [], None, None
-                return
-            self.finished = True  # `post *`: the post-processing is derived; the finished kernel is checked here
-            self.text = candidate
+            # `post *`: the post-processing is derived; the finished kernel is checked here
+            retry = self.retried < self.line_retries  # then the verdict is needed now: a refused script goes back
             if self.workload is not None:
                 self.stats.end_checked += 1
-                if self.defer_end and ISOLATE_TVM:  # its verdict waits for ``settle``; only the end may follow now
+                if self.defer_end and ISOLATE_TVM and not retry:  # its verdict waits for ``settle``; only the end follows
                     self._end = _end_checks().submit(self._finish_check, candidate, "end")
                 else:
                     why = self._finish_check(candidate)
+                    if why and retry and self._retry_end(why):
+                        return
                     if why:  # the script keeps its `post *`: the judge's verdict on it is the one given here
+                        self.finished, self.text = True, candidate
                         self._kill("post", why)
                         return
+            self.finished, self.text = True, candidate
             self.pending, self._matcher = self._grammar(False), None
             self.line = b""
             self._line_tokens, self._kinds, self._kind_matchers = [], None, None
