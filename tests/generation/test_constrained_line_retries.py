@@ -185,3 +185,16 @@ def test_a_script_the_end_check_refuses_goes_back_to_its_last_tiling(engine, smo
     c.advance(smollm2.eos_token_id)
     assert c.done and not c.dead and c.text == "".join(x + "\n" for x in lines), c.error
     assert c.stats.end_checked == 2
+
+
+def test_a_compute_at_index_is_an_integer(engine, smollm2, matmul):
+    """`at b l i=[...]` decodes, and TVM's ComputeAt ended the constraint's worker (SIGSEGV) on such a list (line
+    retries wrote more lines and met it): only an integer follows `i=`."""
+    from little_dragon import codec
+
+    bad = HEAD + "at b0 l1 i=[_true_true_1 2 3]\n"
+    codec.decode(bad, codec.SyntaxOnlyContext())      # the codec reads it
+    refused, _ = feed_constraint(engine, matmul, smollm2, bad)
+    assert refused is not None and "[" in refused, refused      # refused at the list
+    refused, c = feed_constraint(engine, matmul, smollm2, HEAD + "at b0 l1 i=-1\n")
+    assert refused is None and c.error.startswith("apply:"), (refused, c.error)   # allowed; TVM refuses C at its own loop

@@ -331,7 +331,10 @@ def _option_rules() -> list[str]:
     # [split/fuse flags] `pui=` (preserve_unit_iters) and `dp=` (disable_predication) are booleans, written 0/1 as
     # MetaSchedule does: TVM's Fuse crashes the process (SIGSEGV) on `pui=_` (the tiny model wrote
     # `fuse l2 l3 pui= _` in session 10's CPU sealed run, and the whole evaluation died)
-    typed = {"m": "INT", "n": "INT", "pui": "flag", "dp": "flag"}
+    # [compute-at index] `i=` of `at`/`rat` is ComputeAt's integer index: TVM ended the constraint's worker (SIGSEGV) on
+    # `at b l i=[_true_true_1 2 3]` (session 18's CPU overhead runs, where line retries wrote more lines); no real
+    # record writes `i=` (the default, -1)
+    typed = {"m": "INT", "n": "INT", "pui": "flag", "dp": "flag", "i": "INT"}
     rules = [f'o_{n}: " {n}=" ' + typed.get(n, "lvalue" if s == {"at"} else "value") for n, s in sorted(src.items())]
     return rules + ["flag: FLAGBIT | TRUE | FALSE", "FLAGBIT: /[01]/"]
 
