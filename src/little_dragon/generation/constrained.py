@@ -660,13 +660,17 @@ class ScriptConstraint:
                 if not self._retry(e):
                     self._kill("apply", e)
                 return
-        self.pending, self._matcher = self._grammar(first), None
-        self.line = b""
-        self._line_tokens, self._kinds, self._kind_matchers = [], None, None
+        self._begin_line(self._grammar(first))
         self._starts.append(_Start(self.text, self.n_insts, self.post_section, self._line_order, self.pending,
                                    self.state, self.n_tokens))
         self.refused = set()
         self.stats.state_s += time.perf_counter() - t0
+
+    def _begin_line(self, grammar: str | None) -> None:
+        """A line starts: its grammar ``grammar`` (compiled on first use), nothing of it written yet."""
+        self.pending, self._matcher = grammar, None
+        self.line = b""
+        self._line_tokens, self._kinds, self._kind_matchers = [], None, None
 
     def _retry(self, e: BaseException) -> bool:
         """Take back the line TVM just refused (``e``) and start it again, if this attempt has retries left: its
@@ -720,9 +724,7 @@ class ScriptConstraint:
         if why.startswith("post:"):
             self.refused = set()   # lines refused at the line gone back to are forgotten: its prefix is the same, but
             #                        those refusals were for other, later starts (``_starts`` ended there)
-        self.pending, self._matcher = start.grammar, None
-        self.line = b""
-        self._line_tokens, self._kinds, self._kind_matchers = [], None, None
+        self._begin_line(start.grammar)
 
     def completes_refused(self, b: bytes) -> bool:
         """Whether a token of bytes ``b`` would end the current line as one TVM refused at its start (``refused``)."""
@@ -787,9 +789,7 @@ class ScriptConstraint:
                         self._kill("post", why)
                         return
             self.finished, self.text = True, candidate
-            self.pending, self._matcher = self._grammar(False), None
-            self.line = b""
-            self._line_tokens, self._kinds, self._kind_matchers = [], None, None
+            self._begin_line(self._grammar(False))
             return
         try:
             insts = _decode(candidate)[0]

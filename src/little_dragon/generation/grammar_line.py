@@ -351,11 +351,8 @@ _REPLACED = ("start:", "k_blk:", "k_loops:", "k_kids:", "k_prods:", "k_cons:", "
 def _fixed_rules() -> str:
     """The part of every line grammar that does not depend on the schedule (built once)."""
     out: list[str] = []
-    in_inst = False
-    for line in _base_lines():
-        # `?inst` (its alternatives on continuation lines) is every state's own (``_inst_rule``)
-        in_inst = line.startswith("?inst:") or (in_inst and line[:1] in (" ", "\t"))
-        if in_inst or line.startswith(_REPLACED):
+    for line, in_inst in zip(_base_lines(), _inst_lines()):
+        if in_inst or line.startswith(_REPLACED):  # `?inst` is every state's own (``_inst_rule``)
             continue
         # llguidance has no terminal priorities; Lark's FLOAT.2 only breaks ties that the parser state
         # (an integer, a float or a name is expected) already decides here
@@ -621,10 +618,10 @@ def _uses(directives: list[str]) -> set[str]:
 
 
 @functools.lru_cache(maxsize=1)
-def _fixed_graph() -> tuple[dict[str, tuple[str, frozenset[str]]], tuple[str, ...], tuple[str, ...]]:
-    """``rule_graph`` of the fixed rules, their directives and the instruction kinds (``?inst``'s alternatives)."""
+def _fixed_graph() -> tuple[dict[str, tuple[str, frozenset[str]]], tuple[str, ...]]:
+    """``rule_graph`` of the fixed rules and their directives."""
     graph, directives = rule_graph(_fixed_rules())
-    return graph, tuple(directives), all_kinds()
+    return graph, tuple(directives)
 
 
 _KEYWORD = re.compile(r'\s*"([a-z]+)"')
@@ -639,7 +636,7 @@ class LineKinds:
     _NL?`` with the rules and terminals it reaches and the grammar's directives (``%ignore``), as text."""
 
     def __init__(self, semantic: str):
-        fixed, directives, _ = _fixed_graph()
+        fixed, directives = _fixed_graph()
         own, more = rule_graph(semantic)
         self._graph = {**fixed, **own}
         kinds = sorted(k for k in self._graph["inst"][1] if k.startswith("k_"))  # the kinds with a line to write
@@ -763,11 +760,16 @@ _INST_HEAD = re.compile(r"\?inst:")
 @functools.lru_cache(maxsize=1)
 def all_kinds() -> tuple[str, ...]:
     """The codec's instruction kinds, ``?inst``'s alternatives in its order."""
-    lines, out, on = _base_lines(), [], False
-    for line in lines:
+    return tuple(k for line, on in zip(_base_lines(), _inst_lines()) if on for k in re.findall(r"\bk_[a-z]+\b", line))
+
+
+@functools.lru_cache(maxsize=1)
+def _inst_lines() -> tuple[bool, ...]:
+    """For each line of the codec grammar, whether it is part of ``?inst`` (its head, or a continuation line after it)."""
+    out, on = [], False
+    for line in _base_lines():
         on = bool(_INST_HEAD.match(line)) or (on and line[:1] in (" ", "\t"))
-        if on:
-            out += re.findall(r"\bk_[a-z]+\b", line)
+        out.append(on)
     return tuple(out)
 
 

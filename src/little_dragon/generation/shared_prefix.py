@@ -41,7 +41,7 @@ starts a line.  The engine keeps the logits an attempt drew each line's first to
 (back to a line's start: any other count is refused) draws again from that line's logits, its dropped
 tokens' cache columns are hidden from it (never read again; the cache still grows by k columns a step), and its
 positions count its kept tokens only.  From the first such drop on, a chunk's mask and positions are built per
-attempt (``_ragged_mask``); until then they are the plain ones above (the same samples as without the hook).  An
+attempt (``_TakeBack.mask``); until then they are the plain ones above (the same samples as without the hook).  An
 attempt's budget is ``max_new_tokens`` kept tokens; a chunk runs at most ``max_new_tokens + max_new_tokens // 4``
 steps when it can drop tokens, so attempts that drew lines again still reach most of their budget.  After the last
 step every attempt is asked once more (``line_marks`` of all of them): what it drops then (a line its last token ended,
@@ -231,7 +231,6 @@ class _TakeBack:
         self.step_of = torch.zeros((rows, n, max_new_tokens), dtype=torch.long, device=device)
         self.line_logits: dict[tuple[int, int], dict[int, Any]] = {}
         self.ragged = False   # an attempt of this chunk took tokens back: per-attempt masks and positions from now on
-        self.taken = 0        # tokens taken back
 
     def marks(self, proc: Any, logits: Any, ids_of: Any, done: Any, alive: Any, n_steps: Any) -> Any:
         """Ask ``proc`` which live attempts (of the cache rows ``alive``) take tokens back and which start a line;
@@ -258,7 +257,6 @@ class _TakeBack:
                 logits[r, j] = starts[keep]
                 for later in [k for k in starts if k > keep]:
                     del starts[later]
-                self.taken += int(drop[i])
             self.ragged = True
         for i in (i for i, s in enumerate(start) if s):
             r, j = int(where[i, 0]), int(where[i, 1])
@@ -274,7 +272,6 @@ class _TakeBack:
             if d:
                 r, j = divmod(i, ids_of.shape[1])
                 n_steps[r, j] -= min(int(d), int(n_steps[r, j]))
-                self.taken += int(d)
 
     def kept(self, alive: Any, live: Any, n_steps: Any, t: int) -> None:
         """The live attempts' tokens of step ``t`` are kept: visible from now on, at their attempts' next index."""
