@@ -63,6 +63,8 @@ def _feed(engine, workload, text, tokenizer, eos=True):
     for i, t in enumerate(ids):
         c.fill_mask(bits, 0)
         if not (int(bits[0, t // 32]) >> (t % 32)) & 1:
+            if c.dead and c.error.startswith("post:"):
+                return c.error  # the end check refused the script at its `post` line: the rest of its section is moot
             return f"token {i} {tokenizer.decode([t])!r} after {tokenizer.decode(ids[:i])[-120:]!r}: {c.error}"
         c.advance(t)
     return c.error or None
@@ -138,7 +140,7 @@ def _allowed(engine, workload, text, tokenizer) -> bool:
 def test_forbids_a_bad_block_name_a_non_dividing_tile_and_unknown_variables(smollm2):
     from little_dragon import codec
     from little_dragon.generation.constrain_state import replay
-    from little_dragon.generation.constrained import TokenEngine
+    from little_dragon.generation.constrained import TokenEngine, Workload
 
     engine = TokenEngine(smollm2)
     wl = _matmul_workload()
@@ -179,10 +181,20 @@ def test_forbids_a_bad_block_name_a_non_dividing_tile_and_unknown_variables(smol
     many = " ".join(str(i) for i in range(20))
     assert _allowed(engine, wl, f"blk root\nann b0 .unroll_explicit cat {many} = 19\n", smollm2)
     # l10 carries the reduction iter k: par/vec/a block bind are masked (TVM's iter-type rule), a threadIdx bind
-    # (cross-thread reduction) is not
+    # (cross-thread reduction) is not, on a GPU (on this llvm workload no GPU thread at all: the target rule)
+    gpu = Workload(wl.mod, json.dumps({"kind": "cuda", "arch": "sm_90"}))
     assert not _allowed(engine, wl, good + "loops b0 5\npar l10\n", smollm2)
-    assert not _allowed(engine, wl, good + "loops b0 5\nbind l10 bx\n", smollm2)
-    assert _allowed(engine, wl, good + "loops b0 5\nbind l10 tx", smollm2)
+    assert not _allowed(engine, gpu, good + "loops b0 5\nbind l10 bx\n", smollm2)
+    assert _allowed(engine, gpu, good + "loops b0 5\nbind l10 tx", smollm2)
+    assert not _allowed(engine, wl, good + "loops b0 5\nbind l10 tx", smollm2)
+    # an annotation's value is a literal, a value variable or a list: TVM's Annotate refuses a block or loop (TypeError)
+    from dragon_testkit import tvm_accepts
+
+    for line in ("ann b0 max_step l3\n", "ann l3 key b0\n", "ann b0bind l3\n"):
+        assert not tvm_accepts(wl.mod, good + line), line
+        assert not _allowed(engine, wl, good + line, smollm2), line
+    assert _allowed(engine, wl, good + "ann l3 max_step 16\n", smollm2)
+    assert _allowed(engine, wl, good + 'ann b0 key "x"\n', smollm2)
     # fuse joins a loop with its only child, outer first (l6..l10 = i0 i1 i2 j k): TVM's Fuse refuses the others
     assert not _allowed(engine, wl, good + "loops b0 5\nfuse l6 l9\n", smollm2)
     assert not _allowed(engine, wl, good + "loops b0 5\nfuse l7 l6\n", smollm2)

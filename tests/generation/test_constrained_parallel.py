@@ -31,18 +31,26 @@ def test_masked_par_vec_bind_lines_are_the_ones_tvm_refuses_for_their_iters(engi
     a line the mask forbids is one TVM refuses (the constraint never forbids what TVM accepts), a loop that
     carries a reduction iter is forbidden `par`/`vec`/a block or vthread bind and allowed a threadIdx bind, and
     the rule forbids something at these prefixes (the test would pass vacuously without it).  A bind to an axis
-    bound around the loop at another extent is the nested-axis rule's (forbidden although TVM accepts it)."""
+    bound around the loop at another extent is the nested-axis rule's, and on the CPU (llvm) a bind to a block or
+    thread axis the target rule's (forbidden although TVM's Bind accepts them)."""
+
+    from little_dragon.generation.schedule_worker import cpu_target
 
     forbidden = reductions = 0
     for name, mod, wl, head, _ in real_prefixes(DATA / db, before, limit=3):
         st = prefix_state(mod, head)
         assert set(st.loop_iters) == set(st.loops), name
+        cpu = cpu_target(wl.target)
+        assert cpu == (db == "real_llvm_db")
         for k, kind in sorted(st.loop_iters.items()):
             for form in FORMS:
                 line = form.format(l=f"l{k}") + "\n"
                 ok = allowed_by_mask(engine, wl, smollm2, head + line)
                 if _nested(st, k, form):
                     assert not ok, (name, line)
+                    continue
+                if cpu and form.startswith("bind") and " vx" not in form:
+                    assert not ok, (name, line)  # the target rule: no GPU thread on a CPU (test_constrained_target.py)
                     continue
                 if not ok:
                     forbidden += 1

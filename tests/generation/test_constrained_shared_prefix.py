@@ -134,7 +134,7 @@ def test_every_attempt_is_masked_by_its_own_constraint_as_if_alone(setup):
     proc = Recording(hook.attempt_processor(prompts, k))
     sizes, handle = _batch_sizes(model)
     try:
-        out = sample_token_ids(model, tok, prompts, k, 48, temperature, prompts_per_chunk=4, logits_processor=proc,
+        out = sample_token_ids(model, tok, prompts, k, 96, temperature, prompts_per_chunk=4, logits_processor=proc,
                                generator=torch.Generator().manual_seed(0))
     finally:
         handle.remove()

@@ -83,6 +83,9 @@ class ScheduleState:
     # evaluator's ``no_op``, so `post` may not come yet (set by ``schedule_worker.prefix_facts``, which holds the
     # workload; session 17's CPU sealed runs: 38 of the constrained first pass's 177 failures ended so)
     unchanged: bool = False
+    # the workload's target is a CPU (no GPU thread axes; buffers in `global` or `local` memory): the line grammar's
+    # target rules (``grammar_line._target_rules``; set by ``schedule_worker.prefix_facts``, which holds the target)
+    cpu: bool = False
 
 
 def _int(x: Any) -> int | None:

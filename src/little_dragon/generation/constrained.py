@@ -63,10 +63,12 @@ import threading
 import time
 from typing import Any
 
+from little_dragon.codec.canonical import dumps, first_mismatch, index_maps_parsed
 from little_dragon.generation.constrain_state import ScheduleState
 from little_dragon.generation.grammar_line import line_grammar, line_kinds, reorder_derivable, tiling_run
-from little_dragon.generation.schedule_worker import _LIVE, LRU, finish_check, prefix_facts
+from little_dragon.generation.schedule_worker import _LIVE, LRU, finish_check, post_section, prefix_facts
 from little_dragon.generation.schedule_worker import worker as tvm_worker
+from little_dragon.tvmx.postprocs import POSTPROC_MARKER
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +146,7 @@ class ConstraintStats:
     check_s: float = 0.0           # time checking sampled tokens (kind grammars compiled on demand included)
     line_retries: int = 0          # lines TVM refused that were drawn again in their attempt (``line_retries``)
     retried_tokens: int = 0        # the tokens those lines had (taken back from their attempts)
+    post_derived: int = 0          # explicit post sections that went astray, finished by `post *` (``_post_line``)
     reasons: dict[str, int] = dataclasses.field(default_factory=dict)
     retry_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
 
@@ -559,6 +562,14 @@ def _post_hazard(insts: list) -> str | None:
     return None
 
 
+def _same_instruction(derived: Any, written: Any) -> bool:
+    """The judge's test of a written post-processing section, instruction by instruction (``evaluator.replay.
+    _check_written_post``, which generation may not import: `dragon train sft` imports this module and must not
+    depend on the evaluator): equal with their IndexMaps parsed (both spellings of a map); None (past the end of a
+    list) is never the same."""
+    return derived is not None and written is not None and index_maps_parsed(derived) == index_maps_parsed(written)
+
+
 # ------------------------------------------------------------------------------------- one attempt's state
 @dataclasses.dataclass(frozen=True)
 class _Start:
@@ -570,6 +581,7 @@ class _Start:
     grammar: str | None
     state: Any
     n_tokens: int
+    post_left: int | None
 
 
 class ScriptConstraint:
@@ -586,6 +598,13 @@ class ScriptConstraint:
         self.n_insts = 0
         self.finished = False     # `post *` written: only the end may follow
         self.post_section = False  # an explicit `post` line written (the self-contained form): it may end
+        # [post section] the instructions the target's post-processors write after the script's explicit `post` line
+        # (``_post_line``), the lines before that `post` line, how many of them the script has still to write (None:
+        # not known, no workload), and whether the section went astray and the script is those lines and `post *`
+        self._post: list | None = None
+        self._post_pre: str | None = None
+        self.post_left: int | None = None
+        self.post_derived = False
         self.done = False         # EOS consumed
         self.dead = False
         self.error = ""
@@ -662,7 +681,7 @@ class ScriptConstraint:
                 return
         self._begin_line(self._grammar(first))
         self._starts.append(_Start(self.text, self.n_insts, self.post_section, self._line_order, self.pending,
-                                   self.state, self.n_tokens))
+                                   self.state, self.n_tokens, self.post_left))
         self.refused = set()
         self.stats.state_s += time.perf_counter() - t0
 
@@ -672,7 +691,7 @@ class ScriptConstraint:
         self.line = b""
         self._line_tokens, self._kinds, self._kind_matchers = [], None, None
 
-    def _retry(self, e: BaseException) -> bool:
+    def _retry(self, e: BaseException | str, what: str = "apply") -> bool:
         """Take back the line TVM just refused (``e``) and start it again, if this attempt has retries left: its
         tokens are dropped by the engine (``take_back``), the prefix is the one before it, and the line is drawn again
         from the logits its first token was drawn from.  The attempt then samples its lines from the constrained
@@ -683,7 +702,7 @@ class ScriptConstraint:
             return False
         self.refused.add(self.text[len(self._starts[-1].text):].strip().encode())
         msg = str(e).strip().splitlines()
-        self._go_back(len(self._starts) - 1, f"apply: {msg[-1] if msg else ''}")
+        self._go_back(len(self._starts) - 1, f"{what}: {msg[-1] if msg else ''}")
         return True
 
     def _retry_end(self, why: str) -> bool:
@@ -719,7 +738,7 @@ class ScriptConstraint:
         self.stats.add_reason(re.sub(r"\d+", "N", why[:300]), retried=True)
         self.text, self.n_insts, self.post_section, self._line_order = (start.text, start.n_insts, start.post_section,
                                                                          start.order)
-        self.state, self.n_tokens, self.finished = start.state, start.n_tokens, False
+        self.state, self.n_tokens, self.finished, self.post_left = start.state, start.n_tokens, False, start.post_left
         self.repaired = {i: r for i, r in self.repaired.items() if i < k}
         if why.startswith("post:"):
             self.refused = set()   # lines refused at the line gone back to are forgotten: its prefix is the same, but
@@ -770,9 +789,73 @@ class ScriptConstraint:
             self.stats.rejected_apply += 1
         self.stats.add_reason(re.sub(r"\d+", "N", self.error))
 
+    def _post_line(self, line: str, candidate: str, insts: list) -> bool:
+        """[post section] A line of an explicit post-processing section (the `post` line, or one after it): the judge
+        scores such a script only if its section is what the target's post-processors write after the lines before it
+        (``evaluator.replay._check_written_post``: 25 of 28 verify errors of session 18's CPU retries arm, 336 attempts,
+        were sections that differed).  At the `post` line the script before it must pass the end check of `post *`
+        (refused: an end retry, as at `post *`), and the worker derives the section (``schedule_worker.post_section``);
+        each later line's instructions must be the next ones of it, and the script may end only once all of it is
+        written, and then must.  A line that is not the section's next (or `post *` inside it) ends the attempt as the
+        lines before `post` and `post *` (``_derive_post``): the very kernel the section would have given, so no retry
+        is spent on it.  Whether the line passes."""
+        if line.strip() == "post" and not self.post_section:
+            self.stats.end_checked += 1
+            why, self._post = self._post_section(self.text)
+            if why:
+                if self.retried < self.line_retries and self._retry_end(why):
+                    return False
+                self.finished, self.text = True, candidate  # kept as written: the judge's verdict is the one given here
+                self._kill("post", why)
+                return False
+            self._post_pre = self.text
+        at = next(i for i, inst in enumerate(insts) if inst[0] == POSTPROC_MARKER)
+        written = insts[at:]
+        hit = first_mismatch(self._post[:len(written)], written, _same_instruction)
+        if hit is None:
+            self.post_left = len(self._post) - len(written)
+            return True
+        i, want, got = hit
+        self._derive_post(f"post section: instruction {i} is {dumps(got)[:150]}; the post-processors write "
+                          f"{dumps(want)[:150] if want is not None else 'nothing more'}")
+        return False
+
+    def _derive_post(self, why: str) -> None:
+        """End the attempt as the lines before its explicit `post` line and `post *` (they passed the end check there):
+        its section went astray (``why``), counted."""
+        self.stats.post_derived += 1
+        self.stats.add_reason(re.sub(r"\d+", "N", why))
+        self.text = self._post_pre + "post *\n"
+        self.post_section, self.post_left, self.finished, self.post_derived = False, None, True, True
+        self._begin_line(self._grammar(False))
+
+    def _post_section(self, text: str) -> tuple[str, list | None]:
+        """``schedule_worker.post_section`` of the lines ``text`` (in the worker unless ``ISOLATE_TVM`` is off; cached:
+        the attempts of a prompt write the same prefixes)."""
+        wl = self.workload
+        key = ("post", wl.key, text)
+        hit = _STATES.get(key)
+        if hit is None:
+            t0 = time.perf_counter()
+            try:
+                pre = _decode(text) if text else [[], []]
+                if ISOLATE_TVM:
+                    hit = tvm_worker().post_section(wl.key, wl.mod, wl.target, text, pre)
+                else:
+                    hit = post_section(wl.mod, wl.post_context, text, pre, wl.key)
+            except Exception as e:  # noqa: BLE001 - TVM crashed or hung on it (the worker names line and workload)
+                hit = (str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__, None)
+            finally:
+                self.stats.state_s += time.perf_counter() - t0
+            _STATES.put(key, hit)
+        return hit
+
     def _line_done(self, line: str) -> None:
         self.stats.lines += 1
         candidate = self.text + line + "\n"
+        if self.post_section and self._post_pre is not None and _DERIVED_POST.fullmatch(line.strip()):
+            self._derive_post("post section: `post *` inside it")
+            return
         if _DERIVED_POST.fullmatch(line.strip()):  # `post *` (also `post*`: the codec reads it so)
             # `post *`: the post-processing is derived; the finished kernel is checked here
             retry = self.retried < self.line_retries  # then the verdict is needed now: a refused script goes back
@@ -795,6 +878,9 @@ class ScriptConstraint:
             insts = _decode(candidate)[0]
         except Exception as e:  # noqa: BLE001 - the grammars disagree; count it, end the attempt
             self._kill("decode", e)
+            return
+        if self.workload is not None and (self.post_section or line.strip() == "post") and not self._post_line(
+                line, candidate, insts):
             return
         why = _post_hazard(insts[len(_decode(self.text)[0]) if self.text else 0:])
         if why is not None:  # the line is left out: the checked lines before it are finished by `post *`
@@ -860,6 +946,10 @@ class ScriptConstraint:
         or a decode check or dead end killed it, its complete checked lines, finished by ``post *``; when TVM
         refused a line, the lines up to and including that one.  Tile lines carry the first factor TVM ran
         (``_perfect_tile``): the script is the trace that was applied."""
+        if self.post_derived:  # an explicit section gone astray: the lines before it and `post *` (``_derive_post``)
+            return self._repair(self.text)
+        if self.post_section and self._post_pre is not None and not self.done:  # cut or ended inside its section:
+            return self._repair(self._post_pre + "post *\n")                   # the lines the end check passed
         if self.dead:  # a line TVM refused ends its text (the verdict names it): no `post *` could apply
             return self._repair(self.text if self.error.startswith(("apply:", "post:")) else self._finished(self.text))
         if self.done:
@@ -1008,12 +1098,14 @@ class ScriptConstraint:
 
     def may_end(self) -> bool:
         """Whether EOS may come now: once the post-processing is written (`post *`, or an explicit `post`
-        section), never before (``restrict_whitespace``)."""
-        return self.finished or self.post_section
+        section, all of it where the workload is known: ``_post_line``), never before (``restrict_whitespace``)."""
+        return self.finished or (self.post_section and not self.post_left)
 
     def eos_only(self) -> bool:
-        # a line checked by kind is never stopped: its matchers stop only after its newline, which starts a new line
-        return self.dead or self.done or (not self.by_kind() and self.matcher.is_stopped())
+        # a line checked by kind is never stopped: its matchers stop only after its newline, which starts a new line;
+        # an explicit post-processing section written whole ends the script (any line more is not the post-processors')
+        return (self.dead or self.done or (self.post_section and self.post_left == 0)
+                or (not self.by_kind() and self.matcher.is_stopped()))
 
     def whitespace_state(self) -> int:
         """Where the current line is, for ``restrict_whitespace``: at its start, after a space, else."""

@@ -19,6 +19,10 @@ stays the codec's.  Changes, all of them narrowing:
 - ``rfactor l a``: a serial loop alone above a reduction block and used by none of its data-parallel iters (TVM's
   RFactor checks), a in TVM's factor-axis range (``_rfactor_rules``);
 - ``post`` (the script's end) only once the prefix has changed the kernel (``ScheduleState.unchanged``);
+- [target] storage scopes (``cread``/``cwrite``/``scope``) one the target has, and ``bind`` axes the target's: on a
+  CPU (``ScheduleState.cpu``) no blockIdx/threadIdx (a kernel binding one does not build for llvm) and memory in
+  ``global``/``local`` only (``_target_rules``); ``cread .. c=[..]`` names at most the block itself (TVM's CacheRead
+  segfaults on other consumer lists: ``_index_rule``);
 - ``cat c1 .. cN = k`` and ``ann .. cat .. = k``: k < N (named lists: their length).
 - integers right after a field are written with their separating space (``SINT``): the grammar's
   ``%ignore`` would otherwise let ``loops b12`` read as ``loops b1 2`` when only ``b1`` exists, which the
@@ -160,15 +164,21 @@ def _count_rule(name: str, mnemonic: str, counts: dict[int, int], loops: bool = 
 
 
 def _index_rule(name: str, mnemonic: str, counts: dict[int, int]) -> list[str]:
-    """``cread b<k> i scope [c=...]``: i < the number of buffers the block reads (writes)."""
+    """``cread b<k> i scope [c=...]``: i < the number of buffers the block reads (writes); the scope one of the
+    target's (``SCOPE``, ``_target_rules``).  [consumers] `c=` (TVM's ``consumer_blocks``) names at most the block
+    itself, as MetaSchedule writes it (`cread b8 0 shared.dyn c=[b8]`; its CacheWrite never names one): TVM's
+    CacheRead segfaults on a consumer list naming the buffer's producer (`cread b1 0 global c=[b0]`, b0 writing what
+    b1 reads; session 18's `cread ... shared.dyn c=[b]` crash of the constraint's worker), and which other blocks
+    consume the buffer is not known here."""
     alts, rules = [], []
     for k, n in sorted(counts.items()):
         if n <= 0:
             continue
         alts.append(f"{name}_b{k}")
-        rules.append(f'{name}_b{k}: "b{k}" (' + " | ".join(f'" {i}"' for i in range(n)) + ")")
-    rules.insert(0, f'{name}: "{mnemonic}" (' + (" | ".join(alts) if alts else f"NEVER{name.upper()}")
-                 + ") name o_c?")
+        own = f'"b{k}"?' if mnemonic == "cread" else ""
+        rules.append(f'{name}_b{k}: "b{k}" (' + " | ".join(f'" {i}"' for i in range(n)) + f") SCOPE {name}_c{k}?")
+        rules.append(f'{name}_c{k}: " c=" "[" {own} "]"')  # the space before an option: `_option_rules`
+    rules.insert(0, f'{name}: "{mnemonic}" (' + (" | ".join(alts) if alts else f"NEVER{name.upper()}") + ")")
     if not alts:
         rules.append(f"NEVER{name.upper()}: {NEVER}")
     return rules
@@ -191,8 +201,33 @@ def _buffer_rules(state: ScheduleState) -> list[str]:
     rules.append("xbuf: " + (" | ".join(bufs) if bufs else "NEVERXBUF"))
     rules.append("xwrite: " + (" | ".join(writes) if writes else "NEVERXWRITE"))
     rules += [f"NEVERXBUF: {NEVER}", f"NEVERXWRITE: {NEVER}"]
-    rules += [_fixed_form(_narrowed(name, old, new)) for name, (old, new) in _BUFFER_KINDS.items()]
+    rules += [_fixed_form(_narrowed(name, old, new)) for name, (old, new) in _BUFFER_KINDS.items()
+              if name != "k_scope"]
+    rules.append(_fixed_form(_narrowed("k_scope", "BREF INT name", "xwrite SCOPE")))
     return rules
+
+
+# [target] The storage scopes and thread axes a kernel of the target may use.  TVM's CacheRead, CacheWrite and SetScope
+# take any scope name its StorageScope parses and Bind any thread tag, and refuse an unknown one only when applied
+# (session 18's CPU sealed runs: `cread b5 1 grocast`, `bind l19 l7`, retries spent on them).  On a CPU target there
+# are no GPU threads: a kernel with a blockIdx/threadIdx binding left in it does not build for llvm ("Unknown device
+# id in current IR", "not implemented": 27 of the 29 build errors of session 18's retries arm, 336 attempts), and
+# shared or warp memory has no meaning there (session 18's one NaN-poisoned wrong result: `shared`/`shared.dyn` on
+# llvm).  MetaSchedule's llvm search space binds nothing and caches in `global` only (the committed llvm records);
+# virtual threads (InjectVirtualThread) and `local` buffers lower on any target and stay allowed.
+GPU_SCOPES = ("global", "shared", "shared.dyn", "local", "warp", "wmma.matrix_a", "wmma.matrix_b",
+              "wmma.accumulator", "m16n8k8.matrixA", "m16n8k8.matrixB", "m16n8k8.matrixC")
+CPU_SCOPES = ("global", "local")
+
+
+def _scope_forms(scopes: tuple[str, ...]) -> list[str]:
+    """Each scope as the codec's ``name`` field reads it: bare, and quoted."""
+    return [f for s in scopes for f in (s, json.dumps(s))]
+
+
+def _target_rules(state: ScheduleState) -> list[str]:
+    """``SCOPE``: the storage scopes of the state's target (``ScheduleState.cpu``)."""
+    return ["SCOPE: " + _alts(_scope_forms(CPU_SCOPES if state.cpu else GPU_SCOPES))]
 
 
 def key_forms(key: str) -> list[str]:
@@ -344,7 +379,7 @@ _REPLACED = ("start:", "k_blk:", "k_loops:", "k_kids:", "k_prods:", "k_cons:", "
              "k_tile:", "k_cat:", "k_anncat:", "factor:", "decision:", "BREF:", "LREF:", "VREF:",
              "k_reorder:", "k_ptile:", "k_loc:", "k_atloc:", "k_pad:", "k_outblks:", "list:", "SYM:", "STRING:", "o_",
              "k_par:", "k_vec:", "k_bind:", "k_split:", "k_fuse:", "k_inline:", "k_reindex:", "k_layout:",
-             "k_scope:", "k_setdtype:", "k_align:", "k_unann:", "k_rfactor:", "k_post:")
+             "k_scope:", "k_setdtype:", "k_align:", "k_unann:", "k_rfactor:", "k_post:", "k_ann:")
 
 
 @functools.lru_cache(maxsize=1)
@@ -365,6 +400,11 @@ def _fixed_rules() -> str:
     out.append('k_cat: "cat" (catsel | SINT+ | CANDNAME)')
     out.append("CANDNAME: " + _alts(sorted(CANDIDATES)))
     out.append('k_anncat: "ann" ref_bl key "cat" catsel')
+    # [annotation values] TVM's Annotate takes a literal, a value variable or a list, never a block or loop variable
+    # ("Only strings, integers, floats, ExprRVs and Arrays are supported ... gets: s_tir.LoopRV": 3 of 12 apply
+    # errors of a session 19 CPU sealed seed, `ann b1bind l6`, `ann b2cons b0`)
+    out.append(_narrowed("k_ann", "key value", "key avalue"))
+    out.append("avalue: INT | FLOAT | STRING | SYM | VREF | NONE | TRUE | FALSE | list")
     out += _cat_rules()
     return "\n".join(out) + "\n"
 
@@ -422,6 +462,7 @@ _CODEC_AS_IS = ("k_par", "k_vec", "k_bind", "k_split", "k_fuse", "k_inline")
 # (cross-thread reduction)
 _AXES = tuple(THREAD_FULL)
 _THREAD_IDX_AXES = tuple(a for a in _AXES if a.startswith("threadIdx."))
+_CPU_AXES = tuple(a for a in _AXES if a.startswith("vthread."))  # [target] a CPU kernel has no GPU threads
 
 
 def _axis_forms(axes: tuple[str, ...] | list[str]) -> list[str]:
@@ -439,12 +480,13 @@ def _parallel_rules(state: ScheduleState) -> list[str]:
     kind, nested = state.loop_iters, state.loop_nested_axes
     par = [k for k in sorted(state.loops) if kind.get(k, "S") == "S"]
     red = [k for k in sorted(state.loops) if kind.get(k, "S") == "R"]
+    all_axes, tidx_axes = (_CPU_AXES, ()) if state.cpu else (_AXES, _THREAD_IDX_AXES)  # [target]: no GPU threads
     rules = ['k_par: "par" LPAR', 'k_vec: "vec" LPAR', "LPAR: " + _alts([f"l{k}" for k in par]),
-             "TIDX: " + _alts(_axis_forms(_THREAD_IDX_AXES))]
-    bind = ["BPAR thread", "BRED TIDX"]
-    for axes, loops in ((_AXES, par), (_THREAD_IDX_AXES, red)):
+             "TIDX: " + _alts(_axis_forms(tidx_axes)), "AXIS: " + _alts(_axis_forms(all_axes))]
+    bind = ["BPAR AXIS", "BRED TIDX"]
+    for axes, loops in ((all_axes, par), (tidx_axes, red)):
         for k in loops:
-            if nested.get(k):
+            if nested.get(k) and axes:
                 rules.append(f'bn{k}: "l{k}" (' + _alts(_axis_forms([a for a in axes if a not in nested[k]])) + ")")
                 bind.append(f"bn{k}")
     rules += ['k_bind: "bind" (' + " | ".join(bind) + ")",
@@ -515,7 +557,7 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.not_inlinable)),
             tuple(sorted((k, tuple(sorted(v))) for k, v in state.loop_nested_axes.items())),
             tuple(sorted(state.root_blocks)), tuple(sorted((k, tuple(sorted(v))) for k, v in state.annotations.items())),
-            tuple(sorted(state.loop_rfactor.items())), state.unchanged)
+            tuple(sorted(state.loop_rfactor.items())), state.unchanged, state.cpu)
 
 
 def line_grammar(state: ScheduleState | None, first: bool = False, finished: bool = False,
@@ -732,6 +774,7 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     out += _index_rule("k_cread", "cread", state.n_reads)
     out += _index_rule("k_cwrite", "cwrite", state.n_writes)
     out += _buffer_rules(state)
+    out += _target_rules(state)
     out += _unannotate_rules(state)
     out += _tile_rules(state.loops, tile_counts, tile_loops, state.loop_iters)
     out += _parallel_rules(state)

@@ -11,6 +11,7 @@ Requests (the worker's functions, each returning a value, never raising TVM's er
 
     _state_task(key, mod_json, text, trace_json) -> ("ok", (ScheduleState, {"extended": n, "replayed": n}))
     _finish_task(key, mod_json, target, text)    -> ("ok", why not finished: str, "" when finished)
+    _post_task(key, mod_json, target, text, pre_json) -> ("ok", (why, the post-processors' section | None))
     _clear_task()                                -> ("ok", None)
     any of them                                  -> ("err", TVM's message) | ("need_module",)
 
@@ -26,6 +27,7 @@ rejected (its line did not apply) and the next request gets a new worker.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import sys
 import threading
@@ -103,7 +105,24 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
         _LIVE.put((key, text), live)
     state = live_state(live)
     state.unchanged = _unchanged(live, mod, key)
+    state.cpu = isinstance(key, tuple) and len(key) > 1 and isinstance(key[1], str) and cpu_target(key[1])
     return state
+
+
+@functools.lru_cache(maxsize=64)
+def cpu_target(target: str) -> bool:
+    """Whether ``target`` (a workload key's target: compact JSON, or a target string) runs kernels on the host CPU."""
+    import tvm
+    from tvm_ffi import DLDeviceType
+
+    try:
+        spec = json.loads(target)
+    except ValueError:
+        spec = target
+    try:
+        return tvm.target.Target(spec).get_target_device_type() == DLDeviceType.kDLCPU
+    except Exception:  # noqa: BLE001 - a target TVM does not parse: no target rules (the GPU's, the wider ones)
+        return False
 
 
 _WORKLOAD_HASH = LRU(64)  # workload key -> the structural hash of its module
@@ -171,6 +190,20 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
     if not transforms and _lowers_as_empty(mod, post_context, lowered, target):
         return "no_op: the script schedules nothing: it lowers to the very code an empty script gives"
     return ""
+
+
+def post_section(mod: Any, post_context: Any, text: str, pre_json: list, key: Any = None) -> tuple[str, list | None]:
+    """For an explicit `post` line after ``text`` (complete lines, decoded as ``pre_json``): why the script before it
+    is not a finished kernel (``finish_check`` of ``text`` with `post *`), and when it is, the section the target's
+    post-processors write after it: its instructions from ``EnterPostproc`` on (trace JSON), which the script's own
+    section must be, instruction by instruction (the judge's ``evaluator.replay._check_written_post``)."""
+    why = finish_check(mod, post_context, text + "post *\n", key)
+    if why:
+        return why, None
+    try:
+        return "", post_context.derive(pre_json)[0][len(pre_json[0]):]
+    except Exception as e:  # noqa: BLE001 - the end check derived it just now: never (a changed cache, say)
+        return f"{type(e).__name__}: {str(e).strip()[:300]}", None
 
 
 def _lowers_as_empty(mod: Any, post_context: Any, lowered: tuple, target: Any) -> bool:
@@ -274,11 +307,22 @@ def _finish_task(key: Any, mod_json: str | None, target: str, text: str) -> tupl
     mod = _module(key, mod_json)
     if mod is None:
         return ("need_module",)
+    return ("ok", finish_check(mod, _context(key, mod, target), text, key))
+
+
+def _post_task(key: Any, mod_json: str | None, target: str, text: str, pre_json: list) -> tuple:
+    mod = _module(key, mod_json)
+    if mod is None:
+        return ("need_module",)
+    return ("ok", post_section(mod, _context(key, mod, target), text, pre_json, key))
+
+
+def _context(key: Any, mod: Any, target: str) -> Any:
     if key not in _CONTEXTS:
         from little_dragon.codec import PostprocContext
 
         _CONTEXTS[key] = PostprocContext(mod, target)
-    return ("ok", finish_check(mod, _CONTEXTS[key], text, key))
+    return _CONTEXTS[key]
 
 
 def _warm_task() -> tuple:
@@ -359,6 +403,10 @@ class ScheduleWorker:
     def finish_check(self, key: Any, mod: Any, target: str, text: str) -> str:
         """``finish_check`` in the worker: why ``text`` is not a finished kernel, "" when it is."""
         return self._call(key, mod, text, lambda mj: (_finish_task, key, mj, target, text))
+
+    def post_section(self, key: Any, mod: Any, target: str, text: str, pre_json: list) -> tuple[str, list | None]:
+        """``post_section`` in the worker: the end check of ``text`` and the section its explicit `post` line opens."""
+        return self._call(key, mod, text, lambda mj: (_post_task, key, mj, target, text, pre_json))
 
     def clear(self) -> None:
         """Empty the worker's caches (benchmarks: each timed arm starts cold)."""
