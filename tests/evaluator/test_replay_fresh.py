@@ -45,3 +45,29 @@ def test_a_failed_script_leaves_the_workload_for_the_next_one():
     done = replay(mod, good, [], lines=good_lines, text=VALID)
     sch = done.sch
     assert len(sch.get_loops(sch.get_sblock("T_cast"))) == 3
+
+
+def test_a_block_annotated_as_layout_rewrite_preprocessing_is_a_build_error():
+    """`ann b preproc 1` on a block that is no layout-rewrite pre-processing block: TVM's RemoveWeightLayoutRewriteBlock
+    (MetaSchedule's builder's first step) fails on it with an InternalError, which escaped the judge's replay as an
+    "evaluator internal error" (session 19's CPU sealed run, 2 attempts); it is the script's build error, and the
+    constraint's end check refuses the script for the same reason."""
+    import json
+
+    from dragon_testkit import LLVM
+
+    from little_dragon import codec
+    from little_dragon.evaluator.replay import ReplayFailure, replay
+    from little_dragon.generation.schedule_worker import finish_check
+    from little_dragon.tvmx.postprocs import target_postprocs
+
+    mod, target = _rms_like(), json.dumps(LLVM)
+    ctx = codec.PostprocContext(mod, target)
+    for text in ("blk T_cast\nann b0 preproc 1\npost *\n", VALID + "blk T_red\nann b2 preproc 1\npost *\n"):
+        with pytest.raises(ReplayFailure) as e:
+            replay(mod, codec.decode(text, ctx), target_postprocs(mod, target))
+        assert e.value.category == "build_error" and "layout-rewrite" in str(e.value), str(e.value)
+        assert finish_check(mod, ctx, text).startswith("layout rewrite: "), text
+    done = replay(mod, codec.decode(VALID + "post *\n", ctx), target_postprocs(mod, target))
+    assert not done.layout_rewrite
+    assert finish_check(mod, ctx, VALID + "post *\n") == ""

@@ -259,7 +259,7 @@ def _evaluate(task: dict) -> dict:
             done = replay(mod, trace_json, _postprocs(task["workload_key"], mod), lines=task.get("lines"),
                           text=task.get("script", ""), on_phase=_set_phase)
         except ReplayFailure as e:
-            phase = "apply" if e.category in ("apply_error", "no_op") else "verify"
+            phase = {"apply_error": "apply", "no_op": "apply", "build_error": "build"}.get(e.category, "verify")
             return _fail(res, e.category, phase, str(e)[:1500])
         res["phase_s"]["apply_verify"] = clock() - t0
         if task.get("stop_after") == "verify":

@@ -86,6 +86,12 @@ class ScheduleState:
     # the workload's target is a CPU (no GPU thread axes; buffers in `global` or `local` memory): the line grammar's
     # target rules (``grammar_line._target_rules``; set by ``schedule_worker.prefix_facts``, which holds the target)
     cpu: bool = False
+    # live block -> the live loops TVM's ComputeAt and ReverseComputeAt may move it under: a loop in the block's own
+    # scope (the nearest block above both) that does not enclose it (``_compute_at_loops``; None: not known, the codec's
+    # rule).  Session 19's CPU sealed runs: 9 of the 25 failures left were `at`/`rat` to a loop outside the block's
+    # scope or above it ("Expected the block ... and loop ... to be under the same block scope, and loop not to be the
+    # ancestor of block")
+    compute_at: dict[int, tuple[int, ...]] | None = None
 
 
 def _int(x: Any) -> int | None:
@@ -116,6 +122,7 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
     blocks: dict[int, str] = {}
     loops: dict[int, int | None] = {}
     loop_vars: dict[int, int] = {}  # live loop -> its loop variable's handle
+    loop_rvs: dict[int, Any] = {}
     block_rvs: dict[int, Any] = {}
     annotations: dict[str, frozenset[str]] = {}
     nb = nl = nv = 0
@@ -137,6 +144,7 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
             if loop is not None:
                 loops[nl] = _int(loop.extent)
                 loop_vars[nl] = hash(loop.loop_var)
+                loop_rvs[nl] = rv
                 if loop.annotations:
                     annotations[f"l{nl}"] = frozenset(str(key) for key in loop.annotations)
             else:
@@ -166,6 +174,8 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
     st.block_names = _block_names(sch)
     st.not_inlinable = frozenset(not_inlinable)
     st.root_blocks = frozenset(roots)
+    st.compute_at = _safe(lambda: _compute_at_loops(sch, {k: rv for k, (rv, _) in block_rvs.items() if k not in roots},
+                                                    loop_rvs), None)
     if loop_vars:
         kinds, child, pinned, nested, _, rfactor = _loop_facts(sch)
         st.loop_iters = {k: kinds.get(h, "S") for k, h in loop_vars.items()}
@@ -177,6 +187,34 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
         st.loop_nested_axes = {k: nested[h] for k, h in loop_vars.items() if nested.get(h)}
         st.loop_rfactor = {k: rfactor[h] for k, h in loop_vars.items() if h in rfactor}
     return st
+
+
+def _compute_at_loops(sch: Any, block_rvs: dict[int, Any], loop_rvs: dict[int, Any]) -> dict[int, tuple[int, ...]]:
+    """For each live block (not a root), the live loops that TVM 0.27's ComputeAt/ReverseComputeAt scope check takes
+    (``s_tir/schedule/primitive/compute_at.cc``: the block and the loop under the same scope block, the loop not an
+    ancestor of the block), from the schedule's sref tree: a loop's and a block's scope is the nearest block above
+    them; a block's ancestors are the loops between it and its scope.  Every other check of the primitives (the
+    producers or consumers under the loop, the regions the block must cover) stays TVM's verdict at the line's end."""
+    from tvm.s_tir import SBlock
+    from tvm.s_tir.schedule import _ffi_api
+
+    def scope_and_loops(sref: Any) -> tuple[Any, set[Any]]:
+        loops, p = set(), sref.parent
+        while p is not None and not isinstance(p.stmt, SBlock):
+            loops.add(p.stmt)
+            p = p.parent
+        return (p.stmt if p is not None else None), loops
+
+    where = {}
+    for k, rv in loop_rvs.items():
+        sref = _ffi_api.ScheduleGetSRef(sch, rv)
+        where[k] = (scope_and_loops(sref)[0], sref.stmt)
+    out: dict[int, tuple[int, ...]] = {}
+    for k, rv in block_rvs.items():
+        scope, above = scope_and_loops(_ffi_api.ScheduleGetSRef(sch, rv))
+        out[k] = tuple(m for m in sorted(where) if scope is not None and where[m][0] is not None
+                       and where[m][0].same_as(scope) and not any(where[m][1].same_as(a) for a in above))
+    return out
 
 
 def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dict[int, frozenset[str]], dict, dict]:

@@ -19,6 +19,7 @@ stays the codec's.  Changes, all of them narrowing:
 - ``rfactor l a``: a serial loop alone above a reduction block and used by none of its data-parallel iters (TVM's
   RFactor checks), a in TVM's factor-axis range (``_rfactor_rules``);
 - ``post`` (the script's end) only once the prefix has changed the kernel (``ScheduleState.unchanged``);
+- [compute-at] ``at b l`` / ``rat b l``: l in b's scope and not above b (``ScheduleState.compute_at``);
 - [target] storage scopes (``cread``/``cwrite``/``scope``) one the target has, and ``bind`` axes the target's: on a
   CPU (``ScheduleState.cpu``) no blockIdx/threadIdx (a kernel binding one does not build for llvm) and memory in
   ``global``/``local`` only (``_target_rules``); ``cread .. c=[..]`` names at most the block itself (TVM's CacheRead
@@ -220,6 +221,23 @@ GPU_SCOPES = ("global", "shared", "shared.dyn", "local", "warp", "wmma.matrix_a"
 CPU_SCOPES = ("global", "local")
 
 
+def _compute_at_rules(state: ScheduleState) -> list[str]:
+    """[compute-at] `at b l` / `rat b l`: l one of the loops TVM's scope check takes for b (``ScheduleState.compute_at``:
+    in b's scope, not above it); the codec's rule (any loop, no root) where those are not known."""
+    if state.compute_at is None:
+        return [_fixed_form(_base_rule("k_at")), _fixed_form(_base_rule("k_rat"))]
+    rules, alts = [], []
+    for k, loops in sorted(state.compute_at.items()):
+        if k in state.blocks and loops:
+            alts.append(f"cat_b{k}")
+            rules.append(f'cat_b{k}: "b{k}" (' + " | ".join(f'" l{m}"' for m in loops) + ")")
+    if not alts:
+        return rules + _unreachable("k_at") + _unreachable("k_rat")
+    for name in ("k_at", "k_rat"):
+        rules.append(_narrowed(name, "BREF LREF", "(" + " | ".join(alts) + ")"))
+    return rules
+
+
 def _scope_forms(scopes: tuple[str, ...]) -> list[str]:
     """Each scope as the codec's ``name`` field reads it: bare, and quoted."""
     return [f for s in scopes for f in (s, json.dumps(s))]
@@ -379,7 +397,7 @@ _REPLACED = ("start:", "k_blk:", "k_loops:", "k_kids:", "k_prods:", "k_cons:", "
              "k_tile:", "k_cat:", "k_anncat:", "factor:", "decision:", "BREF:", "LREF:", "VREF:",
              "k_reorder:", "k_ptile:", "k_loc:", "k_atloc:", "k_pad:", "k_outblks:", "list:", "SYM:", "STRING:", "o_",
              "k_par:", "k_vec:", "k_bind:", "k_split:", "k_fuse:", "k_inline:", "k_reindex:", "k_layout:",
-             "k_scope:", "k_setdtype:", "k_align:", "k_unann:", "k_rfactor:", "k_post:", "k_ann:")
+             "k_scope:", "k_setdtype:", "k_align:", "k_unann:", "k_rfactor:", "k_post:", "k_ann:", "k_at:", "k_rat:")
 
 
 @functools.lru_cache(maxsize=1)
@@ -557,7 +575,8 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.not_inlinable)),
             tuple(sorted((k, tuple(sorted(v))) for k, v in state.loop_nested_axes.items())),
             tuple(sorted(state.root_blocks)), tuple(sorted((k, tuple(sorted(v))) for k, v in state.annotations.items())),
-            tuple(sorted(state.loop_rfactor.items())), state.unchanged, state.cpu)
+            tuple(sorted(state.loop_rfactor.items())), state.unchanged, state.cpu,
+            tuple(sorted(state.compute_at.items())) if state.compute_at is not None else None)
 
 
 def line_grammar(state: ScheduleState | None, first: bool = False, finished: bool = False,
@@ -753,6 +772,7 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     if state is None:
         return "\n".join([_SYNTAX_ONLY, *(_base_rule(r) for r in _CODEC_AS_IS), _base_rule("k_unann"),
                           _fixed_form(_base_rule("k_rfactor")), _base_rule("k_post"),
+                          _fixed_form(_base_rule("k_at")), _fixed_form(_base_rule("k_rat")),
                           *(_fixed_form(_base_rule(r)) for r in _BUFFER_KINDS), _reorder_rule(reorder_derived),
                           _inst_rule(all_kinds())])
     out: list[str] = []
@@ -775,6 +795,7 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     out += _index_rule("k_cwrite", "cwrite", state.n_writes)
     out += _buffer_rules(state)
     out += _target_rules(state)
+    out += _compute_at_rules(state)
     out += _unannotate_rules(state)
     out += _tile_rules(state.loops, tile_counts, tile_loops, state.loop_iters)
     out += _parallel_rules(state)
