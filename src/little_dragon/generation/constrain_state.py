@@ -38,6 +38,9 @@ from typing import Any
 from little_dragon.tvmx.schedule import fingerprint, fresh_schedule
 
 
+LOOKUP_RUN_FACTOR = 2  # `blk` lines in a row, per block name of the schedule (``ScheduleState.lookups_capped``)
+
+
 @dataclasses.dataclass
 class ScheduleState:
     blocks: dict[int, str]             # live block variable index -> the block's current name
@@ -92,6 +95,12 @@ class ScheduleState:
     # scope or above it ("Expected the block ... and loop ... to be under the same block scope, and loop not to be the
     # ancestor of block")
     compute_at: dict[int, tuple[int, ...]] | None = None
+    # the prefix ends in a run of ``LOOKUP_RUN_FACTOR`` x (block names) `blk` lines: another `blk` may not follow.  A
+    # real trace's runs look each block up at most once (7,135 runs of the H200 and CPU harvests: none repeats a name,
+    # none is longer than the blocks); the H200 sealed run of session 20 had 5 attempts that wrote `blk` lines until
+    # the token budget cut them (96-121 lines, no instruction: the evaluator's no_op).  Set by
+    # ``schedule_worker.prefix_facts``, which holds the prefix text.
+    lookups_capped: bool = False
 
 
 def _int(x: Any) -> int | None:
@@ -589,3 +598,47 @@ def extend(live: LiveSchedule, json_insts: list, decisions: list) -> LiveSchedul
 
 def live_state(live: LiveSchedule) -> ScheduleState:
     return state_of(live.sch, list(live.rvs.values()), live.dead)
+
+
+KERNEL_AXES = ("blockIdx.", "threadIdx.")
+
+
+def host_blocks(sch: Any) -> list[str]:
+    """The blocks of the scheduled function (the root aside) that no loop bound to a ``blockIdx``/``threadIdx`` axis
+    encloses.  On a GPU target such a block is computed in the host function, on device pointers: the kernel
+    segfaults when it runs.  TVM builds it anyway (0.27's VerifyMemory passes it), and ``post *`` leaves it so when
+    the block carries ``meta_schedule.tiling_structure`` (``ann b tiling ..``): RewriteUnboundBlock skips a block
+    annotated as multi-level tiled, whose binding the tiling rule writes itself (the H200 sealed run of session 20: 22
+    of 96 attempts segfaulted this way)."""
+    from tvm.s_tir import SBlockRealize
+    from tvm.tirx import For, IfThenElse, SeqStmt, Stmt
+
+    out: list[str] = []
+
+    def visit(stmt: Any, in_kernel: bool, top: bool) -> None:
+        if isinstance(stmt, For):
+            tag = str(stmt.thread_binding.thread_tag) if stmt.thread_binding is not None else ""
+            visit(stmt.body, in_kernel or tag.startswith(KERNEL_AXES), False)
+        elif isinstance(stmt, SBlockRealize):
+            if not in_kernel and not top:
+                out.append(stmt.block.name_hint)
+            if stmt.block.init is not None:
+                visit(stmt.block.init, in_kernel, False)
+            visit(stmt.block.body, in_kernel, False)
+        elif isinstance(stmt, SeqStmt):
+            for s in stmt.seq:
+                visit(s, in_kernel, False)
+        elif isinstance(stmt, IfThenElse):
+            visit(stmt.then_case, in_kernel, False)
+            if stmt.else_case is not None:
+                visit(stmt.else_case, in_kernel, False)
+        else:
+            body = getattr(stmt, "body", None)
+            if isinstance(body, Stmt):
+                visit(body, in_kernel, top)
+
+    for f in sch.mod.functions.values():
+        body = getattr(f, "body", None)
+        if isinstance(body, Stmt):
+            visit(body, False, True)
+    return out

@@ -20,6 +20,8 @@ stays the codec's.  Changes, all of them narrowing:
   RFactor checks), a in TVM's factor-axis range (``_rfactor_rules``);
 - ``post`` (the script's end) only once the prefix has changed the kernel (``ScheduleState.unchanged``);
 - [compute-at] ``at b l`` / ``rat b l``: l in b's scope and not above b (``ScheduleState.compute_at``);
+- [lookups] no ``blk`` after a run of twice as many ``blk`` lines as the schedule has block names
+  (``ScheduleState.lookups_capped``: a real trace looks each block up at most once in a run);
 - [target] storage scopes (``cread``/``cwrite``/``scope``) one the target has, and ``bind`` axes the target's: on a
   CPU (``ScheduleState.cpu``) no blockIdx/threadIdx (a kernel binding one does not build for llvm) and memory in
   ``global``/``local`` only (``_target_rules``); ``cread .. c=[..]`` names at most the block itself (TVM's CacheRead
@@ -575,7 +577,7 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.not_inlinable)),
             tuple(sorted((k, tuple(sorted(v))) for k, v in state.loop_nested_axes.items())),
             tuple(sorted(state.root_blocks)), tuple(sorted((k, tuple(sorted(v))) for k, v in state.annotations.items())),
-            tuple(sorted(state.loop_rfactor.items())), state.unchanged, state.cpu,
+            tuple(sorted(state.loop_rfactor.items())), state.unchanged, state.cpu, state.lookups_capped,
             tuple(sorted(state.compute_at.items())) if state.compute_at is not None else None)
 
 
@@ -785,7 +787,8 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
         names.append(json.dumps(n))
         if NAME_RE.match(n):
             names.append(n)
-    out.append('k_blk: "blk" BLKNAME o_fn?')
+    # [lookups] no `blk` after a run of LOOKUP_RUN_FACTOR x (block names) of them (``ScheduleState.lookups_capped``)
+    out += _unreachable("k_blk") if state.lookups_capped else ['k_blk: "blk" BLKNAME o_fn?']
     out.append("BLKNAME: " + _alts(names))
     out += _count_rule("k_loops", "loops", state.n_loops_above)
     out += _count_rule("k_kids", "kids", state.n_children, loops=True)

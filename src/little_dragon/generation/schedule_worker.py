@@ -34,7 +34,8 @@ import threading
 from typing import Any
 
 from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleState, extend, live_state,
-                                                     nested_thread_bindings, replay)
+                                                     LOOKUP_RUN_FACTOR, host_blocks, nested_thread_bindings,
+                                                     replay)
 from little_dragon.tvmx.schedule import fingerprint, fresh_schedule
 
 TIMEOUT_S = 120.0  # one request: a line's apply takes milliseconds, a cut attempt's post-processing seconds at most
@@ -106,7 +107,18 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
     state = live_state(live)
     state.unchanged = _unchanged(live, mod, key)
     state.cpu = isinstance(key, tuple) and len(key) > 1 and isinstance(key[1], str) and cpu_target(key[1])
+    state.lookups_capped = trailing_lookups(text) >= LOOKUP_RUN_FACTOR * max(1, len(state.block_names))
     return state
+
+
+def trailing_lookups(text: str) -> int:
+    """How many `blk` lines end ``text`` (complete lines) in a row."""
+    n = 0
+    for line in reversed(text.splitlines()):
+        if not line.startswith("blk "):
+            break
+        n += 1
+    return n
 
 
 @functools.lru_cache(maxsize=64)
@@ -153,6 +165,8 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
       code than the empty script (else it is the evaluator's ``no_op``);
     - not bind one thread axis on nested loops of different extents (``nested_thread_bindings``: TVM accepts it,
       the kernel leaves outputs unwritten);
+    - on an accelerator, leave no block outside its kernels (``host_blocks``: TVM builds it into the host function,
+      which then reads device memory and segfaults; ``post *`` leaves a block annotated as tiled unbound);
     - strip its layout-rewrite pre-processing blocks, as MetaSchedule's builder does first (a block annotated as one
       that is not one fails there);
     - on an accelerator target, lower for it (``tvmx.build.lower_for_target``: the build's passes without code
@@ -178,9 +192,13 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
         clash = nested_thread_bindings(sch)
         if clash:
             return f"nested thread binding: {clash[0]}"
+        target = as_target(post_context.target)
+        host = host_blocks(sch) if lowering_checked(target) else []
+        if host:
+            return (f"host code: block {host[0]} is under no blockIdx/threadIdx loop, so the host would compute it on "
+                    "device memory")
     except Exception as e:  # noqa: BLE001 - any failure of the derivation: not finished, and why
         return f"{type(e).__name__}: {str(e).strip()[:300]}"
-    target = as_target(post_context.target)
     transforms = _transforms(text)
     if not lowering_checked(target):
         # MetaSchedule's builder first strips the layout-rewrite pre-processing blocks (on an accelerator the
