@@ -119,6 +119,43 @@ def test_promotion_gate_refuses_untrained_and_promotes_better(evaluations, eval_
     assert (tmp_path / "champion-history.md").is_file() and (tmp_path / "champion-history.png").is_file()
 
 
+def test_the_gate_compares_only_attempts_sampled_alike(evaluations, tmp_path):
+    """A candidate whose attempts were sampled another way (here: constrained decoding) is not compared with the
+    champion's evaluation: the champion is evaluated again with the candidate's decoding first (``evaluate_champion``
+    gets its URI), else the gate refuses and says why.  The decoding of each evaluation is in its summary and tags."""
+    import shutil
+
+    from mlflow import MlflowClient
+
+    from little_dragon.evaluation.eval_config import PromotionConfig
+    from little_dragon.evaluation.promotion import promote
+    from little_dragon.evaluation.prompts import decoding_protocol
+    from little_dragon.generation.config import GenerationConfig
+
+    cfg = PromotionConfig(history=str(tmp_path / "hist"), bootstrap_samples=300)
+    tr, un = evaluations["trained"], evaluations["untrained"]
+    assert promote(tr.out_dir, MODEL_NAME, cfg).reason != ""          # v2 is (or becomes) the champion
+    champ = MlflowClient().get_model_version_by_alias(MODEL_NAME, "champion")
+    assert champ.tags["sealed.decoding"] == tr.summary["decoding_protocol"]
+    assert tr.summary["decoding"]["temperature"] == 0.0 and "constrained_line_retries" not in tr.summary["decoding"]
+
+    free, fid = decoding_protocol(GenerationConfig(constrained=False))
+    con, cid = decoding_protocol(GenerationConfig(constrained=True))
+    assert fid != cid and con["constrained"] and "constrained_line_retries" in con and "constrained_line_retries" not in free
+    cand = tmp_path / "untrained-constrained"
+    shutil.copytree(un.out_dir, cand)
+    summary = json.loads((cand / "summary.json").read_text())
+    summary.update(decoding=con, decoding_protocol=cid)
+    (cand / "summary.json").write_text(json.dumps(summary))
+    asked: list[str] = []
+    d = promote(cand, MODEL_NAME, cfg, dry_run=True, evaluate_champion=asked.append)
+    assert asked == [f"models:/{MODEL_NAME}/{champ.version}"]
+    assert not d.promoted and "decoding" in d.reason and cid in d.reason, d.reason
+    # the same decoding as the champion's: compared (and refused on the evidence: the untrained model is worse)
+    same = promote(un.out_dir, MODEL_NAME, cfg, dry_run=True, evaluate_champion=asked.append)
+    assert len(asked) == 1 and "correctness_diff" in same.evidence, same.reason
+
+
 def test_promote_cli_gates_several_candidates_in_order(evaluations, tmp_path, monkeypatch):
     """``dragon registry promote --eval A --eval B`` (the pipeline: SFT, then RL): each candidate is gated
     against the champion the previous decision left; the decision file holds both."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 
@@ -31,7 +32,7 @@ def main(args: argparse.Namespace) -> int:
     decisions = []
     for eval_dir in evals:
         def evaluate_champion(uri: str, eval_dir: str = eval_dir) -> None:
-            """The champion under the candidate's protocol: the same evaluation, into <eval>/../champion."""
+            """The champion under the candidate's protocol and decoding: the same evaluation, into <eval>/../champion."""
             from pathlib import Path
 
             from little_dragon.evaluation.cli import load_configs
@@ -39,6 +40,8 @@ def main(args: argparse.Namespace) -> int:
 
             summary = json.loads((Path(eval_dir) / "summary.json").read_text())
             ecfg, gen, ev, timing = load_configs(target=summary["target"])
+            # sampled as the candidate's attempts were (its --gen-set overrides included)
+            gen = dataclasses.replace(gen, **summary.get("decoding", {}))
             evaluate_model(uri, Path(eval_dir).parent / "champion", ecfg, gen, ev, timing, name="champion")
 
         d = promote(eval_dir, name, cfg, dry_run=args.dry_run, evaluate_champion=evaluate_champion)

@@ -1,7 +1,8 @@
 """The promotion gate: move ``@champion`` to a candidate version only when it is not worse.
 
 Same protocol or no decision: the champion's and the candidate's per-prompt results must come from the
-same sealed protocol (``sealed.protocol`` tag).  Correctness first: the paired bootstrap interval (over
+same sealed protocol (``sealed.protocol`` tag) and attempts sampled alike (``sealed.decoding``: temperature, token
+budget, constrained decoding; ``prompts.decoding_protocol``).  Correctness first: the paired bootstrap interval (over
 prompts) of the difference in per-attempt correctness decides when it excludes zero; when it does not
 (indistinguishable), the candidate also needs a point difference >= 0 and a geomean speedup of at least
 ``speedup_tolerance`` times the champion's.  With no champion yet, a candidate needs correctness above
@@ -120,16 +121,21 @@ def promote(eval_dir: str | Path, registered_model: str, cfg: PromotionConfig, d
         return Decision(False, "candidate is already the champion", cand_label, champion_label, {})
     champ_pp = None
     if champ_v is not None:
-        stale = champ_v.tags.get("sealed.protocol") != summary["protocol"] or "sealed.eval_run_id" not in champ_v.tags
-        if stale and evaluate_champion is not None:
-            log.info("champion %s has no evaluation under protocol %s: evaluating it now", champion_label,
-                     summary["protocol"])
+        def stale(v: Any) -> bool:
+            return (v.tags.get("sealed.protocol") != summary["protocol"] or "sealed.eval_run_id" not in v.tags
+                    or v.tags.get("sealed.decoding") != summary.get("decoding_protocol"))
+
+        if stale(champ_v) and evaluate_champion is not None:
+            log.info("champion %s has no evaluation under protocol %s and decoding %s: evaluating it now",
+                     champion_label, summary["protocol"], summary.get("decoding"))
             evaluate_champion(f"models:/{registered_model}/{champ_v.version}")
             champ_v = client.get_model_version(registered_model, champ_v.version)
-        if champ_v.tags.get("sealed.protocol") != summary["protocol"] or "sealed.eval_run_id" not in champ_v.tags:
+        if stale(champ_v):
             reason = (f"champion {champion_label} has no sealed evaluation under protocol {summary['protocol']} "
-                      f"(has {champ_v.tags.get('sealed.protocol')}): evaluate it with `dragon eval run --model "
-                      f"models:/{registered_model}@{cfg.alias}` first")
+                      f"and decoding {summary.get('decoding_protocol')} {json.dumps(summary.get('decoding'))} (has "
+                      f"{champ_v.tags.get('sealed.protocol')}, decoding {champ_v.tags.get('sealed.decoding')}): "
+                      f"evaluate it with `dragon eval run --model models:/{registered_model}@{cfg.alias}` and the "
+                      "candidate's generation settings first")
             return _record(Decision(False, reason, cand_label, champion_label, {}), registered_model, version,
                            cfg, client, dry_run)
         champ_pp = _per_prompt_of_run(champ_v.tags["sealed.eval_run_id"])

@@ -61,6 +61,25 @@ def sealed_protocol(cfg: EvaluationConfig) -> str:
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 
+# The generation settings that change which attempts a model writes (the engine, batch size, dtype and threads do
+# not): two evaluations' correctness compares models only when their attempts were sampled alike.
+DECODING_FIELDS = ("max_new_tokens", "temperature", "constrained", "constrained_resamples", "constrained_line_retries",
+                   "few_shot")
+CONSTRAINED_ONLY = ("constrained_resamples", "constrained_line_retries")
+
+
+def decoding_protocol(gen_cfg: Any) -> tuple[dict[str, Any], str]:
+    """How the attempts were sampled (``DECODING_FIELDS`` of a ``GenerationConfig``; the constrained-decoding counts only
+    when it is on) and its id: what the promotion gate requires of a champion's evaluation besides the sealed protocol
+    (constrained decoding took the tiny CPU model from 19% to 93% correct per attempt: a champion evaluated free is
+    not comparable with a candidate evaluated constrained)."""
+    d = {k: getattr(gen_cfg, k) for k in DECODING_FIELDS}
+    if not d["constrained"]:
+        for k in CONSTRAINED_ONLY:
+            d.pop(k)
+    return d, hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
 def load_prompts(cfg: EvaluationConfig) -> list[EvalPrompt]:
     sealed = Path(cfg.sealed_dir)
     read_manifest(sealed)  # a clear error when the split stage has not run

@@ -27,7 +27,7 @@ from little_dragon.evaluation.baselines import HarvestIndex, baseline_plan, meta
 from little_dragon.evaluation.bootstrap import paired
 from little_dragon.evaluation.eval_config import EvaluationConfig
 from little_dragon.evaluation.metrics import all_metrics, best_per_prompt, flatten, json_safe
-from little_dragon.evaluation.prompts import load_prompts, sealed_protocol
+from little_dragon.evaluation.prompts import decoding_protocol, load_prompts, sealed_protocol
 from little_dragon.evaluation.report import cost_to_match, fig_latency_vs_time, fig_speedup_by_family, markdown, \
     model_curves
 from little_dragon.generation.config import GenerationConfig
@@ -84,13 +84,15 @@ def _versus_random(att: pd.DataFrame, cfg: EvaluationConfig) -> str | None:
 
 
 def tag_registry_version(source: ModelSource, metrics: dict[str, Any], run_id: str | None, protocol: str,
-                         report: Path, att: pd.DataFrame) -> None:
+                         report: Path, att: pd.DataFrame, decoding: str | None = None) -> None:
     if source.registered_model is None or source.version is None:
         return
     from mlflow import MlflowClient
 
     client = MlflowClient()
     tags = {"sealed.protocol": protocol, "sealed.report": str(report)}
+    if decoding:
+        tags["sealed.decoding"] = decoding
     if run_id:
         tags["sealed.eval_run_id"] = run_id
     for key, (meth, task, metric) in HEADLINE.items():
@@ -119,10 +121,12 @@ def evaluate_model(model: str | ModelSource, out_dir: str | Path, cfg: Evaluatio
         raise UserError(f"{cfg.sealed_dir}: no sealed prompts for target {json.dumps(target)} in slices "
                         f"{cfg.slices} (was the split built from a harvest of this target?)")
     protocol = sealed_protocol(cfg)
+    decoding, decoding_id = decoding_protocol(gen_cfg)
     params = {"model": str(model if isinstance(model, str) else model.spec), **{f"evaluation.{k}": v for k, v in
               dataclasses.asdict(cfg).items()}, **{f"generation.{k}": v for k, v in dataclasses.asdict(gen_cfg).items()}}
     with tracking.stage_run("evaluate", params, inputs={"sealed": cfg.sealed_dir},
-                            tags={"sealed.protocol": protocol, "evaluated_model": str(params["model"])}) as mlf:
+                            tags={"sealed.protocol": protocol, "sealed.decoding": decoding_id,
+                                  "evaluated_model": str(params["model"])}) as mlf:
         source = generator.source if generator is not None else (
             model if isinstance(model, ModelSource) else resolve(model))
         gen = generator or open_generator(source, gen_cfg)
@@ -150,7 +154,8 @@ def evaluate_model(model: str | ModelSource, out_dir: str | Path, cfg: Evaluatio
         base = {p.prompt_id: p.baseline_us for p in prompts}
         summary = {"model": str(source.spec), "model_label": source.label, "registered_model": source.registered_model,
                    "version": source.version, "target": json.dumps(target, sort_keys=True), "attempts": cfg.attempts,
-                   "prompts": len(prompts), "protocol": protocol, "generation_s": res.seconds,
+                   "prompts": len(prompts), "protocol": protocol, "decoding": decoding,
+                   "decoding_protocol": decoding_id, "generation_s": res.seconds,
                    "generation_attempts_per_s": res.attempts_per_s, "scoring_s": time.perf_counter() - t0,
                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **overall(att),
                    "verdict_vs_random": _versus_random(att, cfg), "cost_to_match": cost_to_match(mcurves, mscurves)}
@@ -182,7 +187,7 @@ def evaluate_model(model: str | ModelSource, out_dir: str | Path, cfg: Evaluatio
             mlf.log_artifact(str(out_dir / "summary.json"), artifact_path="evaluation")
             mlf.set_tag("mlflow.note.content", f"Sealed-set report: {report} (artifact report/report.md)")
             tracking.log_outputs(mlf, {"evaluation": out_dir})
-            tag_registry_version(source, json_safe(metrics), run_id, protocol, report, att)
+            tag_registry_version(source, json_safe(metrics), run_id, protocol, report, att, decoding_id)
         summary["mlflow_run_id"] = run_id
         atomic.write_json(out_dir / "summary.json", json_safe(summary), indent=1)
     log.info("evaluation of %s: correct/attempt %.3f, geomean speedup %s; report %s", source.label,
