@@ -79,7 +79,13 @@ gguf_path() {
   local g=$ROOT/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
   if [ ! -f "$g" ]; then
     cat "$ROOT"/gguf/gguf.part-* > "$g.tmp"
-    echo "$(cat "$here/gguf.sha256" 2>/dev/null || cat "$ROOT/gguf/gguf.sha256")  $g.tmp" | sha256sum -c - >&2
+    # set -e does not reach into the caller's $(gguf_path): a failed check must stop here itself, or a GGUF missing a
+    # part is kept under its final name and every later sft call reads it (session 20: "not a GGUF file")
+    if ! echo "$(cat "$here/gguf.sha256" 2>/dev/null || cat "$ROOT/gguf/gguf.sha256")  $g.tmp" | sha256sum -c - >&2; then
+      rm -f "$g.tmp"
+      echo "gguf: the parts in $ROOT/gguf ($(ls "$ROOT"/gguf | tr '\n' ' ')) do not make the GGUF: stage, install and sft each carry one part" >&2
+      return 1
+    fi
     mv "$g.tmp" "$g"
   fi
   echo "$g"
@@ -88,7 +94,7 @@ gguf_path() {
 step_sft() {
   [ -f "$here/gguf.sha256" ] && cp "$here/gguf.sha256" "$ROOT/gguf/"
   [ -d "$here" ] && cp "$here"/gguf.part-* "$ROOT/gguf/" 2>/dev/null || true
-  local g; g=$(gguf_path)
+  local g; g=$(gguf_path) || exit 1
   env_tvm; cd "$SNAP"
   # no validity passes inside SFT (the sealed evaluation measures correctness right after), more steps instead
   GGUF=$g OUT="$OUT" RUN_DIR=$SFT_DIR timeout "${SFT_BOX:-420}" bash scripts/gpu_sft.sh 1 \
