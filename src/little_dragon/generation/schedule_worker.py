@@ -193,14 +193,15 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
         if clash:
             return f"nested thread binding: {clash[0]}"
         target = as_target(post_context.target)
-        host = host_blocks(sch) if lowering_checked(target) else []
+        on_device = lowering_checked(target)
+        host = host_blocks(sch) if on_device else []
         if host:
             return (f"host code: block {host[0]} is under no blockIdx/threadIdx loop, so the host would compute it on "
                     "device memory")
     except Exception as e:  # noqa: BLE001 - any failure of the derivation: not finished, and why
         return f"{type(e).__name__}: {str(e).strip()[:300]}"
     transforms = _transforms(text)
-    if not lowering_checked(target):
+    if not on_device:
         # MetaSchedule's builder first strips the layout-rewrite pre-processing blocks (on an accelerator the
         # lowering below does it too): TVM fails there on a block annotated as one that is not (`ann b preproc 1`: the
         # judge's build error, ``evaluator.replay.strip_layout_rewrite``)
@@ -209,18 +210,23 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
         try:
             RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)
         except Exception as e:  # noqa: BLE001 - TVM's InternalError
-            lines = str(e).strip().splitlines()
-            return f"layout rewrite: {type(e).__name__}: {lines[-1][:300] if lines else ''}"
-    if not lowering_checked(target) and transforms:
-        return ""  # a CPU target: lowered only to compare with the empty script's code (the no-op rule below)
+            return f"layout rewrite: {_last_line(e)}"
+        if transforms:
+            return ""  # a CPU target: lowered only to compare with the empty script's code (the no-op rule below)
     try:
         lowered = lower_for_target(sch.mod, target)
     except Exception as e:  # noqa: BLE001 - TVM's lowering passes raise several error types
-        lines = str(e).strip().splitlines()
-        return f"lowering: {type(e).__name__}: {lines[-1][:300] if lines else ''}"
+        return f"lowering: {_last_line(e)}"
     if not transforms and _lowers_as_empty(mod, post_context, lowered, target):
         return "no_op: the script schedules nothing: it lowers to the very code an empty script gives"
     return ""
+
+
+def _last_line(e: BaseException) -> str:
+    """A TVM error as one line: its type and the last line of its message (TVM's own verdict; the lines before it are
+    its traceback)."""
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[-1][:300] if lines else ''}"
 
 
 def post_section(mod: Any, post_context: Any, text: str, pre_json: list, key: Any = None) -> tuple[str, list | None]:
