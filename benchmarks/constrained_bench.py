@@ -397,7 +397,8 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
         torch.manual_seed(args.seed)
         timer.calls.clear()
         retries = [int(m[len("retries"):]) for m in modes if re.fullmatch(r"retries\d+", m)]
-        knobs = [_knob(m) for m in modes if m != "shared_prefix" and not re.fullmatch(r"retries\d+", m)]
+        back = [int(m[len("back"):]) for m in modes if re.fullmatch(r"back\d+", m)]
+        knobs = [_knob(m) for m in modes if m != "shared_prefix" and not re.fullmatch(r"(retries|back)\d+", m)]
         from little_dragon.generation import shared_prefix
 
         def owner(knob: str) -> Any:  # REDRAWS is the engine's (shared_prefix), the rest the constraint module's
@@ -408,8 +409,10 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
             setattr(owner(name), name, value)
         t0 = time.perf_counter()
         kw = {"cache_implementation": engine} if engine != "dynamic" else {}
-        if retries:  # +retriesN: a line TVM refuses is drawn again in its attempt, N times an attempt (the engine's)
-            kw["hook"] = mod.ConstrainedDecoding(tok, kind == "constrained", line_retries=retries[0])
+        if retries or back:  # +retriesN: a line TVM refuses is drawn again in its attempt, N times an attempt (the
+            #                   engine's); +backN: an attempt that stops short ends up to N lines earlier (finish_back)
+            kw["hook"] = mod.ConstrainedDecoding(tok, kind == "constrained", line_retries=(retries or [0])[0],
+                                                 **({"finish_back": back[0]} if back else {}))
         try:
             res = mod.generate_constrained(model, tok, prompts, args.k, args.max_new_tokens, args.temperature,
                                            batch_size=args.batch_size, max_resamples=args.max_resamples,
@@ -433,7 +436,9 @@ def _knob(mode: str) -> tuple[str, Any]:
     (COMPILE_THREADS; code older than it has none); +checked / +masked: the shared-prefix engine draws first and
     masks only refused draws, or masks every step (SAMPLE_FIRST); +noredraw: a refused draw is masked at once
     (shared_prefix.REDRAWS 0: the draws of code before redraws existed, so the same scripts as its arms).  +retriesN (read
-    in ``_arm_run``): line retries, N an attempt (``generation.constrained_line_retries``; arms without it: none)."""
+    in ``_arm_run``): line retries, N an attempt (``generation.constrained_line_retries``; arms without it: none).
+    +backN (read there too): an attempt that stops short of a finished kernel ends at most N lines earlier
+    (``generation.constrained_finish_back``; arms without it: 0)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),
@@ -441,7 +446,7 @@ def _knob(mode: str) -> tuple[str, Any]:
     if mode in fixed:
         return fixed[mode]
     raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, "
-                     "retriesN, shared_prefix)")
+                     "retriesN, backN, shared_prefix)")
 
 
 def _score(rows: list[dict[str, Any]], attempts: list[list[str]], tok: Any, evaluate: bool) -> dict[str, Any]:

@@ -142,6 +142,8 @@ def test_the_gate_compares_only_attempts_sampled_alike(evaluations, tmp_path):
     free, fid = decoding_protocol(GenerationConfig(constrained=False))
     con, cid = decoding_protocol(GenerationConfig(constrained=True))
     assert fid != cid and con["constrained"] and "constrained_line_retries" in con and "constrained_line_retries" not in free
+    assert "constrained_finish_back" in con and "constrained_finish_back" not in free
+    assert decoding_protocol(GenerationConfig(constrained=True, constrained_finish_back=0))[1] != cid  # ends differ
     cand = tmp_path / "untrained-constrained"
     shutil.copytree(un.out_dir, cand)
     summary = json.loads((cand / "summary.json").read_text())

@@ -64,8 +64,8 @@ def sealed_protocol(cfg: EvaluationConfig) -> str:
 # The generation settings that change which attempts a model writes (the engine, batch size, dtype and threads do
 # not): two evaluations' correctness compares models only when their attempts were sampled alike.
 DECODING_FIELDS = ("max_new_tokens", "temperature", "constrained", "constrained_resamples", "constrained_line_retries",
-                   "few_shot")
-CONSTRAINED_ONLY = ("constrained_resamples", "constrained_line_retries")
+                   "constrained_finish_back", "few_shot")
+CONSTRAINED_ONLY = ("constrained_resamples", "constrained_line_retries", "constrained_finish_back")
 
 
 def decoding_protocol(gen_cfg: Any) -> tuple[dict[str, Any], str]:

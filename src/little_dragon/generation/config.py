@@ -35,6 +35,12 @@ class GenerationConfig:
                                                   "is taken back and drawn again inside its attempt, at most this many "
                                                   "times an attempt (counted; 0: the attempt ends at that line and is "
                                                   "resampled whole, constrained_resamples).")
+    constrained_finish_back: int = field(24, help="Constrained decoding: an attempt that stops short of a finished "
+                                                  "kernel (a line or its end refused with its retries spent, or cut "
+                                                  "at max_new_tokens) ends at the longest prefix of its checked lines, "
+                                                  "at most this many lines shorter, that the target's post-processors "
+                                                  "finish, and `post *` (counted; 0: a refused attempt keeps its "
+                                                  "refused line, a cut one is finished at its last line only).")
     dtype: str = field("auto", help="Weights dtype for generation: auto (bfloat16 on a GPU, float32 on CPU), "
                                     "float32, bfloat16, float16.")
     device: str = field("auto", help="auto (cuda when available, else cpu), cpu, cuda, cuda:N.")

@@ -642,3 +642,52 @@ def host_blocks(sch: Any) -> list[str]:
         if isinstance(body, Stmt):
             visit(body, False, True)
     return out
+
+
+def read_before_written(sch: Any) -> list[str]:
+    """The first block of the scheduled function that reads a buffer another block writes only after it, in the order
+    the function runs its blocks (``[reader, buffer, writer]``; empty when every buffer is written before it is read).
+    TVM's compute-at primitives check the moved block's producers (``rat``) or consumers (``at``) under the target loop,
+    not that the block's other side stays on its side: ``rat b l`` of a block whose consumer runs before the loop
+    moves its writes after that consumer (apache/tvm#15911 is another such hole).  The kernel then reads memory
+    nobody wrote: session 21's two CPU sealed wrong results (`rat` of a producer of `scores` under the softmax's
+    loop; of the `T_cast` that `T_multiply` reads under the reduction's loop).  A block nested in the reader (its
+    blockized outer block) is not another block; a block reading what it writes itself is a reduction."""
+    from tvm.s_tir import SBlockRealize
+    from tvm.tirx import IfThenElse, SeqStmt, Stmt
+
+    blocks: list[tuple[Any, frozenset[int]]] = []  # the blocks in the order they run, and their enclosing blocks
+
+    def visit(stmt: Any, outer: frozenset[int]) -> None:
+        if isinstance(stmt, SBlockRealize):
+            blocks.append((stmt.block, outer))
+            inner = outer | {len(blocks) - 1}
+            if stmt.block.init is not None:
+                visit(stmt.block.init, inner)
+            visit(stmt.block.body, inner)
+        elif isinstance(stmt, SeqStmt):
+            for s in stmt.seq:
+                visit(s, outer)
+        elif isinstance(stmt, IfThenElse):
+            visit(stmt.then_case, outer)
+            if stmt.else_case is not None:
+                visit(stmt.else_case, outer)
+        else:
+            body = getattr(stmt, "body", None)
+            if isinstance(body, Stmt):
+                visit(body, outer)
+
+    for f in sch.mod.functions.values():
+        body = getattr(f, "body", None)
+        if isinstance(body, Stmt):
+            visit(body, frozenset())
+    writers: dict[int, list[int]] = {}  # buffer (its handle's hash, as ``_param_buffers``) -> the blocks writing it
+    for i, (block, _) in enumerate(blocks):
+        for region in block.writes:
+            writers.setdefault(hash(region.source), []).append(i)
+    for i, (block, _) in enumerate(blocks):
+        for region in block.reads:
+            for j in writers.get(hash(region.source), ()):
+                if j > i and i not in blocks[j][1]:
+                    return [block.name_hint, str(getattr(region.source, "name", region.source)), blocks[j][0].name_hint]
+    return []

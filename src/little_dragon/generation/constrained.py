@@ -147,6 +147,8 @@ class ConstraintStats:
     line_retries: int = 0          # lines TVM refused that were drawn again in their attempt (``line_retries``)
     retried_tokens: int = 0        # the tokens those lines had (taken back from their attempts)
     post_derived: int = 0          # explicit post sections that went astray, finished by `post *` (``_post_line``)
+    finished_earlier: int = 0      # attempts ended at an earlier line the post-processors finish (``finish_back``)
+    finished_earlier_lines: int = 0  # the lines they dropped (a refused line included)
     reasons: dict[str, int] = dataclasses.field(default_factory=dict)
     retry_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
 
@@ -381,6 +383,12 @@ class _Decoded:
 
 
 _EMPTY = _Decoded([[], []], {}, {"b": 0, "l": 0, "v": 0}, 0)
+
+
+def _without_last_line(text: str) -> str:
+    """``text`` (complete lines) without its last line."""
+    head = text[:-1].rpartition("\n")[0] if text.endswith("\n") else text.rpartition("\n")[0]
+    return head + "\n" if head else ""
 
 
 def _decode(text: str) -> list:
@@ -628,6 +636,11 @@ class ScriptConstraint:
         self.n_tokens = 0
         self._starts: list[_Start] = []
         self.refused: set[bytes] = set()   # lines TVM refused at this line's start: never completed again here
+        # an attempt that stops short of a finished kernel (a line or its end refused, retries spent; cut at the token
+        # budget) ends at the longest prefix of its checked lines, at most this many lines shorter, that the target's
+        # post-processors finish (``script``; 0: a dead attempt keeps its refused line, a cut one is finished at its
+        # last line only; set by ``ConstrainedDecoding``: ``generation.constrained_finish_back``)
+        self.finish_back = 0
         self._new_line(first=True)
 
     @property
@@ -944,14 +957,18 @@ class ScriptConstraint:
     def script(self, generated: str) -> str:
         """The attempt's script: the generated text; when generation stopped mid-line (the token budget ran out)
         or a decode check or dead end killed it, its complete checked lines, finished by ``post *``; when TVM
-        refused a line, the lines up to and including that one.  Tile lines carry the first factor TVM ran
+        refused a line or the end check refused the script (its retries spent), the longest prefix of the lines
+        before it, at most ``finish_back`` lines shorter, that the post-processors finish, and `post *` (else the lines
+        up to and including the refused one: the verdict names it).  Tile lines carry the first factor TVM ran
         (``_perfect_tile``): the script is the trace that was applied."""
         if self.post_derived:  # an explicit section gone astray: the lines before it and `post *` (``_derive_post``)
             return self._repair(self.text)
         if self.post_section and self._post_pre is not None and not self.done:  # cut or ended inside its section:
             return self._repair(self._post_pre + "post *\n")                   # the lines the end check passed
-        if self.dead:  # a line TVM refused ends its text (the verdict names it): no `post *` could apply
-            return self._repair(self.text if self.error.startswith(("apply:", "post:")) else self._finished(self.text))
+        if self.dead:
+            if self.error.startswith(("apply:", "post:")):  # its last line (TVM's refusal, `post *` or `post`) dropped
+                return self._repair(self._finish_earlier(_without_last_line(self.text), refused=True) or self.text)
+            return self._repair(self._finished(self.text))
         if self.done:
             return self._repair(generated)
         self.stats.truncated += 1
@@ -973,8 +990,39 @@ class ScriptConstraint:
         H200 A/B scored such prefixes: 23 apply errors and 3 wrong results among 32 first-pass attempts)."""
         if self.workload is None or self.finished or not text.strip():
             return text
-        candidate = text + "post *\n"
-        return text if self._finish_check(candidate) else candidate
+        return self._finish_earlier(text) or text
+
+    def _finish_earlier(self, text: str, refused: bool = False) -> str | None:
+        """The longest prefix of the checked lines ``text`` that the target's post-processors finish, and `post *`, at
+        most ``finish_back`` lines shorter than what the attempt wrote (None: none within reach).  ``refused``: ``text``
+        is what is left of a dead attempt (the line TVM refused dropped, and counted; or the lines the end check
+        refused, which are not checked again); with ``finish_back`` 0 it keeps what it wrote.  On CUDA bare lines are
+        no kernel (nothing bound: the judge's build leaves it to the host), and a little before a refusal there often
+        is one: 11 of session 20's 34 H200 sealed attempts without `post *` had such a prefix, within 19 lines."""
+        if refused and self.finish_back <= 0:
+            return None
+        if self.workload is None or not text.strip():
+            return None
+        lines = text.splitlines(keepends=True)
+        at_end = refused and self.error.startswith("post:")  # the end check refused all of ``lines``
+        dropped = 1 if refused and not at_end else 0          # the line TVM refused
+        for n in range(len(lines) - at_end, max(len(lines) + dropped - self.finish_back, 1) - 1, -1):
+            candidate = "".join(lines[:n]) + "post *\n"
+            if not self._finish_check_cached(candidate):
+                if len(lines) - n + dropped:
+                    self.stats.finished_earlier += 1
+                    self.stats.finished_earlier_lines += len(lines) - n + dropped
+                return candidate
+        return None
+
+    def _finish_check_cached(self, text: str) -> str:
+        """``_finish_check``, cached by workload and text (the attempts of a prompt often end on the same lines)."""
+        key = ("finish", self.workload.key, text)
+        hit = _STATES.get(key)
+        if hit is None:
+            hit = self._finish_check(text)
+            _STATES.put(key, hit)
+        return hit
 
     def _finish_check(self, text: str, role: str = "lines") -> str:
         """Why ``text`` (ending in ``post *``) is not a finished kernel of the workload, "" when it is
@@ -1460,9 +1508,10 @@ class ConstrainedDecoding:
     row ``i`` belongs to ``batch_prompts[i // k]``.  ``stats`` accumulates over all batches;
     ``last_constraints`` are the last batch's (for their ``dead``/``error``)."""
 
-    def __init__(self, tokenizer: Any, semantic: bool = True, line_retries: int = 0):
+    def __init__(self, tokenizer: Any, semantic: bool = True, line_retries: int = 0, finish_back: int = 0):
         self.tokenizer, self.semantic = tokenizer, semantic
         self.line_retries = line_retries  # per attempt, on an engine that takes tokens back (``attempt_processor``)
+        self.finish_back = finish_back    # ``ScriptConstraint.finish_back`` of every attempt
         self.stats = ConstraintStats()
         self.last_constraints: list[ScriptConstraint] = []
         self.processor: CodecLogitsProcessor | None = None
@@ -1482,7 +1531,9 @@ class ConstrainedDecoding:
         for p in prompts:
             wl = workload_of_prompt(p) if self.semantic else None
             for _ in range(k):
-                out.append(ScriptConstraint(eng, wl, self.stats))
+                c = ScriptConstraint(eng, wl, self.stats)
+                c.finish_back = self.finish_back
+                out.append(c)
         self.stats.attempts += len(out)
         return out
 
@@ -1514,10 +1565,12 @@ class ConstrainedDecoding:
             proc.ahead(kwargs.get("input_ids", args[0] if args else None))
 
 
-def logits_processor_factory(tokenizer: Any, semantic: bool = True, line_retries: int = 0) -> ConstrainedDecoding:
+def logits_processor_factory(tokenizer: Any, semantic: bool = True, line_retries: int = 0,
+                             finish_back: int = 0) -> ConstrainedDecoding:
     """What ``generation.sample.LocalGenerator`` calls when ``generation.constrained`` is true (``line_retries``:
-    ``generation.constrained_line_retries``, used on the shared-prefix engine)."""
-    return ConstrainedDecoding(tokenizer, semantic, line_retries)
+    ``generation.constrained_line_retries``, used on the shared-prefix engine; ``finish_back``:
+    ``generation.constrained_finish_back``)."""
+    return ConstrainedDecoding(tokenizer, semantic, line_retries, finish_back)
 
 
 # ---------------------------------------------------------------------------- attempts with resampling
@@ -1657,11 +1710,12 @@ def _with_resamples(tokenizer: Any, scripts: list[list[str]], ok: list[list[bool
     st = hook.stats  # this hook's totals so far (a stage may call it several times)
     log.info("constrained generation: %d prompts, first pass %.1f s, %.1f s in all; totals: %d attempts (%d resampled), "
              "%d lines checked, %d drawn again in their attempt (%d tokens taken back), rejected %d at a line and %d at "
-             "the end of the script (of %d checked), %d cut at the budget; setup %.1f s, first masks %.1f s after each "
+             "the end of the script (of %d checked), %d cut at the budget, %d ended at an earlier line (%d lines "
+             "dropped); setup %.1f s, first masks %.1f s after each "
              "call's start, %d grammars compiled in %.1f s, state %.1f s, masks %.1f s, waited for masks %.1f s",
              len(scripts), first_seconds, time.perf_counter() - t0, st.attempts, st.resampled, st.lines,
              st.line_retries, st.retried_tokens, st.rejected_apply + st.rejected_decode, st.rejected_end,
-             st.end_checked, st.truncated, st.setup_s, st.first_mask_s, st.compiled, st.compile_s, st.state_s,
+             st.end_checked, st.truncated, st.finished_earlier, st.finished_earlier_lines, st.setup_s, st.first_mask_s, st.compiled, st.compile_s, st.state_s,
              st.mask_s, st.wait_s)
     return ConstrainedResult(final, first, first_ok, hook.stats, time.perf_counter() - t0, n_tok, first_seconds,
                              generated)

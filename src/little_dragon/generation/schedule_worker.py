@@ -35,7 +35,7 @@ from typing import Any
 
 from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleState, extend, live_state,
                                                      LOOKUP_RUN_FACTOR, host_blocks, nested_thread_bindings,
-                                                     replay)
+                                                     read_before_written, replay)
 from little_dragon.tvmx.schedule import fingerprint, fresh_schedule
 
 TIMEOUT_S = 120.0  # one request: a line's apply takes milliseconds, a cut attempt's post-processing seconds at most
@@ -80,7 +80,9 @@ APPLIED: collections.Counter = collections.Counter()  # "extended" (one line app
 def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> ScheduleState:
     """The facts of ``text`` (complete lines, decoded as ``trace_json``) on ``mod``: the live schedule of the prefix
     one line shorter, extended by the last line (``constrain_state.extend``), or, when that is not cached or fails,
-    the whole prefix applied to a fresh schedule (whose error, if any, is the verdict)."""
+    the whole prefix applied to a fresh schedule (whose error, if any, is the verdict).  A line that moves a block
+    (``MOVES_BLOCKS``) is refused, as if TVM had refused it, when a block then reads a buffer before the block writing
+    it runs (``constrain_state.read_before_written``: TVM applies such a line, and the kernel computes garbage)."""
     if trace_json[0]:
         from little_dragon.codec.postproc import needs_tensor_intrinsics
 
@@ -102,6 +104,11 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
     if live is None:
         APPLIED["replayed"] += 1
         live = replay(mod, trace_json)
+    if _last_keyword(text) in MOVES_BLOCKS:
+        clash = read_before_written(live.sch)
+        if clash:  # TVM applied it: the constraint refuses the line as if TVM had (its retries, its reason counted)
+            raise RuntimeError(f"block {clash[0]} would read {clash[1]} before block {clash[2]} writes it (the line "
+                               "moves a block past its consumer or producer; TVM's compute-at checks one side only)")
     if key is not None:
         _LIVE.put((key, text), live)
     state = live_state(live)
@@ -109,6 +116,14 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
     state.cpu = isinstance(key, tuple) and len(key) > 1 and isinstance(key[1], str) and cpu_target(key[1])
     state.lookups_capped = trailing_lookups(text) >= LOOKUP_RUN_FACTOR * max(1, len(state.block_names))
     return state
+
+
+MOVES_BLOCKS = ("at", "rat")  # the lines that move a block under a loop (``read_before_written`` after each)
+
+
+def _last_keyword(text: str) -> str:
+    """The first word of the last line of ``text`` (complete lines)."""
+    return text[:-1].rpartition("\n")[2].split(" ", 1)[0] if text.endswith("\n") else ""
 
 
 def trailing_lookups(text: str) -> int:

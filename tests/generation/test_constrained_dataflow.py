@@ -1,0 +1,116 @@
+"""A line that moves a block may not leave a block reading a buffer before the block that writes it runs.
+
+TVM's compute-at primitives check one side of the moved block: `rat b l` (reverse_compute_at) that its producers are
+under the loop, not that its consumers still run after it.  Session 21's CPU sealed evaluation scored two wrong
+results made so (``rat`` of a softmax's `qk` producer, of rms_norm's `T_cast`, each under a later reduction's loop
+while a consumer ran before that loop): TVM applied the line, the post-processors and the build passed the kernel,
+and it read memory nobody had written.  The constraint now refuses such a line at its end, as if TVM had
+(``schedule_worker.prefix_facts``, ``constrain_state.read_before_written``), so it is drawn again or the attempt ends
+before it.
+
+Real parts: TVM (the schedule, its build for llvm and the kernel's numbers against numpy), the codec, llguidance over
+SmolLM2's tokenizer, the committed real MetaSchedule databases.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from dragon_testkit import CODEC_DATA, feed_constraint, prim_module, real_records, tvm_accepts
+
+# B = 2A, C = B + 1, E = row sums of C, D = C / E.  `rat b0 l0` moves B under E's row loop: B's producers (none) are
+# under it, so TVM applies it; C, which reads B, runs before that loop.  `rat` of B under C's row loop is fine.
+PAST_ITS_CONSUMER = "blk B\nblk E\nloops b1 2\nrat b0 l0\n"
+UNDER_ITS_CONSUMER = "blk B\nblk C\nloops b1 2\nrat b0 l0\n"
+
+
+def _tensors():
+    from tvm import te
+
+    a = te.placeholder((64, 256), name="A")
+    b = te.compute((64, 256), lambda i, j: a[i, j] * 2.0, name="B")
+    c = te.compute((64, 256), lambda i, j: b[i, j] + 1.0, name="C")
+    k = te.reduce_axis((0, 256), name="k")
+    e = te.compute((64,), lambda i: te.sum(c[i, k], axis=k), name="E")
+    return [a, te.compute((64, 256), lambda i, j: c[i, j] / e[i], name="D")]
+
+
+def _schedule(mod, text):
+    from little_dragon import codec
+    from little_dragon.generation.constrain_state import replay
+
+    return replay(mod, codec.decode(text, codec.SyntaxOnlyContext())).sch
+
+
+def _computes_right(sch) -> bool:
+    import tvm
+
+    a = np.random.default_rng(0).random((64, 256), dtype=np.float32)
+    d = tvm.runtime.tensor(np.zeros((64, 256), np.float32))
+    tvm.compile(sch.mod, target="llvm")(tvm.runtime.tensor(a), d)
+    c = a * 2 + 1
+    return bool(np.allclose(d.numpy(), c / c.sum(1, keepdims=True), rtol=1e-4))
+
+
+def test_a_block_moved_past_its_consumer_is_refused(engine, smollm2):
+    """TVM applies `rat` of B under E's loop and the kernel computes wrong numbers; the constraint allows every token
+    of the line (the rule needs the applied schedule) and refuses it at its end, naming reader, buffer and writer.
+    B moved under its consumer C's loop reads and computes right, and the constraint lets it be."""
+    from little_dragon.generation.constrain_state import read_before_written
+    from little_dragon.generation.constrained import Workload, clear_caches
+
+    clear_caches()
+    mod = prim_module(_tensors())
+    wl = Workload(mod, json.dumps({"kind": "llvm", "num-cores": 2}))
+
+    assert tvm_accepts(mod, PAST_ITS_CONSUMER)
+    sch = _schedule(mod, PAST_ITS_CONSUMER)
+    assert read_before_written(sch) == ["C", "B", "B"]
+    assert not _computes_right(sch)
+    where, c = feed_constraint(engine, wl, smollm2, PAST_ITS_CONSUMER)
+    assert where is None and c.dead and c.error.startswith("apply: block C would read B before block B writes it"), \
+        (where, c.error)
+    assert c.stats.rejected_apply == 1
+
+    sch = _schedule(mod, UNDER_ITS_CONSUMER)
+    assert read_before_written(sch) == [] and _computes_right(sch)
+    where, c = feed_constraint(engine, wl, smollm2, UNDER_ITS_CONSUMER)
+    assert where is None and not c.dead, (where, c.error)
+
+
+def test_the_refused_line_is_drawn_again(engine, smollm2):
+    """With a line retry left, the refused `rat` line is taken back like any line TVM refuses (its tokens dropped,
+    the reason counted), and the attempt goes on from the line's start."""
+    from little_dragon.generation.constrained import ScriptConstraint, Workload
+
+    mod = prim_module(_tensors())
+    c = ScriptConstraint(engine, Workload(mod, json.dumps({"kind": "llvm", "num-cores": 2})))
+    c.line_retries = 1
+    for t in smollm2(PAST_ITS_CONSUMER, add_special_tokens=False)["input_ids"]:
+        c.advance(t)
+    assert not c.dead and c.taken_back() > 0 and c.text == "blk B\nblk E\nloops b1 2\n", c.error
+    assert any("would read B before block B writes it" in r for r in c.stats.retry_reasons), c.stats.retry_reasons
+
+
+def test_real_records_read_nothing_before_it_is_written():
+    """Every committed MetaSchedule record (llvm and CUDA tensor cores), after each of its lines that moves a block:
+    no block reads a buffer before its writer runs (the rule refuses none of them; the real-records acceptance test
+    feeds them through the constraint too)."""
+    from little_dragon.codec import encode
+    from little_dragon.generation.constrain_state import read_before_written
+    from little_dragon.generation.schedule_worker import MOVES_BLOCKS
+    from little_dragon.tvmx.build import import_tensor_intrinsics
+
+    import_tensor_intrinsics()
+    dbs = sorted((CODEC_DATA / "real_llvm_db").iterdir()) + [CODEC_DATA / "real_cuda_valid_db",
+                                                              CODEC_DATA / "real_cuda_db"]
+    moves = 0
+    for db in dbs:
+        for name, mod, _, trace_json in real_records(db):
+            lines = encode(trace_json).splitlines()
+            lines = lines[:lines.index("post")] if "post" in lines else [ln for ln in lines if ln != "post *"]
+            for k, line in enumerate(lines):
+                if line.split(" ", 1)[0] in MOVES_BLOCKS:
+                    assert read_before_written(_schedule(mod, "\n".join(lines[:k + 1]) + "\n")) == [], (name, line)
+                    moves += 1
+    assert moves >= 10, moves
