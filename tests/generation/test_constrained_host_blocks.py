@@ -101,3 +101,37 @@ def test_every_committed_cuda_record_binds_every_block():
             assert host_blocks(sch) == []
             n += 1
     assert n >= 5
+
+
+def test_an_attempt_ended_as_host_code_is_finished_without_its_tiling_annotation(engine, smollm2):
+    """The sealed attempt's script, refused at its `post *` as host code (its retries spent), or cut at the token
+    budget after its tile lines: no prefix is a kernel (each one after the annotation leaves the block unbound, the one
+    before it schedules nothing), so with ``finish_back`` it ends as its lines without the tiling annotation and
+    `post *`, which binds the block: the end check passes it, and the lowering makes one device kernel.  Without
+    ``finish_back`` the refused script stays as written."""
+    import json
+
+    from dragon_testkit import feed_constraint
+
+    from little_dragon.codec.postproc import PostprocContext
+    from little_dragon.generation.constrained import ScriptConstraint, Workload
+    from little_dragon.generation.schedule_worker import finish_check
+
+    mod = prim_module(_bias_silu())
+    wl = Workload(mod, json.dumps(H200))
+    untiled = TILED.replace('ann b0 tiling "SSSSSRRSRS"\n', "")
+    where, c = feed_constraint(engine, wl, smollm2, TILED)
+    assert where is None and c.dead and c.error.startswith("post: host code: block out"), (where, c.error)
+    assert c.script(TILED) == TILED
+    c.finish_back = 24
+    assert c.script(TILED) == untiled
+    assert (c.stats.finished_earlier, c.stats.finished_earlier_lines, c.stats.finished_untiled) == (1, 0, 1)
+    assert finish_check(mod, PostprocContext(mod, H200), untiled) == ""
+
+    cut = ScriptConstraint(engine, wl)
+    cut.finish_back = 24
+    head = TILED.replace("post *\n", "")
+    for t in smollm2(head + "fu", add_special_tokens=False)["input_ids"]:
+        cut.advance(t)
+    assert not cut.dead and cut.script(head + "fu") == untiled, cut.error
+    assert cut.stats.truncated == 1 and cut.stats.finished_untiled == 1

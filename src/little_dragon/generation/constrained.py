@@ -149,6 +149,7 @@ class ConstraintStats:
     post_derived: int = 0          # explicit post sections that went astray, finished by `post *` (``_post_line``)
     finished_earlier: int = 0      # attempts ended at an earlier line the post-processors finish (``finish_back``)
     finished_earlier_lines: int = 0  # the lines they dropped (a refused line included)
+    finished_untiled: int = 0      # of them, ended without their tiling annotations (a tiled block left unbound)
     reasons: dict[str, int] = dataclasses.field(default_factory=dict)
     retry_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
 
@@ -524,6 +525,8 @@ def clear_caches() -> None:
             tvm_worker(role).clear()
 
 
+# a tiling annotation of a block (MetaSchedule's ``meta_schedule.tiling_structure``) and its removal, as whole lines
+_TILING_ANNOTATION = re.compile(r"^(?:ann b\d+ tiling .*|unann b\d+ tiling)\n", re.M)
 _TILE_LINE = re.compile(r"tile\s+l(\d+)(?:\s+m=\d+)?\s*=\s*(\d+)((?:\s+\d+)+)\s*$")
 
 
@@ -996,22 +999,36 @@ class ScriptConstraint:
         """The longest prefix of the checked lines ``text`` that the target's post-processors finish, and `post *`, at
         most ``finish_back`` lines shorter than what the attempt wrote (None: none within reach).  ``refused``: ``text``
         is what is left of a dead attempt (the line TVM refused dropped, and counted; or the lines the end check
-        refused, which are not checked again); with ``finish_back`` 0 it keeps what it wrote.  On CUDA bare lines are
-        no kernel (nothing bound: the judge's build leaves it to the host), and a little before a refusal there often
-        is one: 11 of session 20's 34 H200 sealed attempts without `post *` had such a prefix, within 19 lines."""
+        refused); with ``finish_back`` 0 it keeps what it wrote.  On CUDA bare lines are no kernel (nothing bound: the
+        judge's build leaves it to the host), and a little before a refusal there often is one: 11 of session 20's 34
+        H200 sealed attempts without `post *` had such a prefix, within 19 lines.
+
+        A prefix the end check refuses as host code (``host_blocks``) is tried again without its tiling annotations
+        (`ann b tiling ..`, `unann b tiling`; no line defines a name with them): the attempt annotated a block as
+        multi-level tiled and stopped before binding it, and `post *`'s RewriteUnboundBlock skips a block so annotated
+        (the tiling rule binds its own), so no prefix after the annotation is a kernel.  Without it `post *` binds the
+        block: all 21 of session 21's H200 sealed attempts that ended as host code (every prefix refused) passed then."""
         if refused and self.finish_back <= 0:
             return None
         if self.workload is None or not text.strip():
             return None
         lines = text.splitlines(keepends=True)
-        at_end = refused and self.error.startswith("post:")  # the end check refused all of ``lines``
-        dropped = 1 if refused and not at_end else 0          # the line TVM refused
-        for n in range(len(lines) - at_end, max(len(lines) + dropped - self.finish_back, 1) - 1, -1):
-            candidate = "".join(lines[:n]) + "post *\n"
-            if not self._finish_check_cached(candidate):
-                if len(lines) - n + dropped:
+        dropped = 1 if refused and not self.error.startswith("post:") else 0  # the line TVM refused
+        for n in range(len(lines), max(len(lines) + dropped - self.finish_back, 1) - 1, -1):
+            head = "".join(lines[:n])
+            candidate = head + "post *\n"
+            why = self._finish_check_cached(candidate)
+            untiled = False
+            if why.startswith("host code"):
+                bare = _TILING_ANNOTATION.sub("", head)
+                if bare != head and bare.strip():
+                    candidate, untiled = bare + "post *\n", True
+                    why = self._finish_check_cached(candidate)
+            if not why:
+                if len(lines) - n + dropped or untiled:
                     self.stats.finished_earlier += 1
                     self.stats.finished_earlier_lines += len(lines) - n + dropped
+                    self.stats.finished_untiled += untiled
                 return candidate
         return None
 
@@ -1711,12 +1728,12 @@ def _with_resamples(tokenizer: Any, scripts: list[list[str]], ok: list[list[bool
     log.info("constrained generation: %d prompts, first pass %.1f s, %.1f s in all; totals: %d attempts (%d resampled), "
              "%d lines checked, %d drawn again in their attempt (%d tokens taken back), rejected %d at a line and %d at "
              "the end of the script (of %d checked), %d cut at the budget, %d ended at an earlier line (%d lines "
-             "dropped); setup %.1f s, first masks %.1f s after each "
+             "dropped, %d without a tiling annotation); setup %.1f s, first masks %.1f s after each "
              "call's start, %d grammars compiled in %.1f s, state %.1f s, masks %.1f s, waited for masks %.1f s",
              len(scripts), first_seconds, time.perf_counter() - t0, st.attempts, st.resampled, st.lines,
              st.line_retries, st.retried_tokens, st.rejected_apply + st.rejected_decode, st.rejected_end,
-             st.end_checked, st.truncated, st.finished_earlier, st.finished_earlier_lines, st.setup_s, st.first_mask_s, st.compiled, st.compile_s, st.state_s,
-             st.mask_s, st.wait_s)
+             st.end_checked, st.truncated, st.finished_earlier, st.finished_earlier_lines, st.finished_untiled,
+             st.setup_s, st.first_mask_s, st.compiled, st.compile_s, st.state_s, st.mask_s, st.wait_s)
     return ConstrainedResult(final, first, first_ok, hook.stats, time.perf_counter() - t0, n_tok, first_seconds,
                              generated)
 
