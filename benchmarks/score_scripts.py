@@ -9,6 +9,10 @@ constraint now ends them), on a machine with the target's device.
 ``--scripts``: JSON lines with ``workload_id`` and ``script`` (other keys are copied to the output).  ``--out``: the
 same rows with the Evaluator's ``category``, ``message``, ``latency_us`` and ``speedup``; a table of categories is
 printed.  Each script is scored once, in one batch (the Evaluator's pool builds in parallel, times one at a time).
+
+Merging (no device needed): ``--merge SCORED --into ATTEMPTS --merged DIR`` writes DIR/attempts.parquet, the
+evaluation's attempts with the rows of SCORED (matched by ``prompt_id`` and ``attempt``) taking their new script and
+verdict, and DIR/summary.json with its correct rate and geomean speedup recomputed (``rescored`` says how many rows).
 """
 from __future__ import annotations
 
@@ -21,11 +25,20 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", required=True, help="a workloads parquet with workload_id and tvmscript")
-    ap.add_argument("--scripts", required=True, help="JSON lines: workload_id, script (and anything else)")
+    ap.add_argument("--workloads", help="a workloads parquet with workload_id and tvmscript")
+    ap.add_argument("--scripts", help="JSON lines: workload_id, script (and anything else)")
     ap.add_argument("--target", default="llvm", help="llvm | cuda | a target as JSON")
-    ap.add_argument("--out", required=True, help="JSON lines written: each row and its verdict")
+    ap.add_argument("--out", help="JSON lines written: each row and its verdict")
+    ap.add_argument("--merge", type=Path, help="scored JSON lines (--out of a run) to merge into --into")
+    ap.add_argument("--into", type=Path, help="an evaluation's attempts.parquet")
+    ap.add_argument("--merged", type=Path, help="folder written: attempts.parquet and summary.json")
     args = ap.parse_args(argv)
+    if args.merge:
+        if not (args.into and args.merged):
+            ap.error("--merge needs --into and --merged")
+        return merge(args.merge, args.into, args.merged)
+    if not (args.workloads and args.scripts and args.out):
+        ap.error("scoring needs --workloads, --scripts and --out")
 
     import pandas as pd
 
@@ -50,6 +63,37 @@ def main(argv: list[str] | None = None) -> int:
     print("| category | scripts |\n|---|---:|")
     for k, v in counts.most_common():
         print(f"| {k} | {v} |")
+    return 0
+
+
+def merge(scored: Path, into: Path, out_dir: Path) -> int:
+    import math
+
+    import pandas as pd
+
+    from little_dragon import atomic
+
+    rows = [json.loads(line) for line in scored.read_text().splitlines() if line.strip()]
+    a = pd.read_parquet(into)
+    model = a.method == "model"
+    for r in rows:
+        hit = model & (a.prompt_id == r["prompt_id"]) & (a.attempt == r["attempt"])
+        if hit.sum() != 1:
+            print(f"{scored}: prompt {r['prompt_id']} attempt {r['attempt']}: {int(hit.sum())} rows in {into}",
+                  file=sys.stderr)
+            return 2
+        a.loc[hit, ["script", "category", "message", "latency_us", "speedup"]] = [
+            r["script"], r["category"], r["message"] or "", r["latency_us"], r["speedup"]]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    a.to_parquet(out_dir / "attempts.parquet.tmp")
+    (out_dir / "attempts.parquet.tmp").replace(out_dir / "attempts.parquet")
+    m = a[model]
+    speed = [s for s, c in zip(m.speedup, m.category) if c == "correct" and s and s > 0]
+    summary = {"attempts": int(len(m)), "correct_rate": float((m.category == "correct").mean()),
+               "geomean_speedup": math.exp(sum(math.log(s) for s in speed) / len(speed)) if speed else None,
+               "rescored": len(rows), "from": str(into), "scored": str(scored)}
+    atomic.write_text(out_dir / "summary.json", json.dumps(summary, indent=1) + "\n")
+    print(json.dumps(summary))
     return 0
 
 

@@ -40,7 +40,7 @@ def collect(root: Path) -> list[dict]:
     return rows
 
 
-def plot(rows: list[dict], out: Path) -> None:
+def plot(rows: list[dict], out: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -53,15 +53,17 @@ def plot(rows: list[dict], out: Path) -> None:
     fig, ax = plt.subplots(figsize=(max(7.0, 1.4 * len(arms)), 3.6))
     width = 0.8 / len(codes)
     for i, code in enumerate(codes):
-        vals = [next((r["correct"] for r in rows if r["code"] == code and r["arm"] == arm), 0.0) for arm in arms]
-        bars = ax.bar([x + i * width for x in range(len(arms))], vals, width, label=code)
+        vals = [next((r["correct"] for r in rows if r["code"] == code and r["arm"] == arm), None) for arm in arms]
+        xs = [x + i * width for x, v in zip(range(len(arms)), vals) if v is not None]  # an arm this code did not run:
+        vals = [v for v in vals if v is not None]                                     # no bar (not a 0% one)
+        bars = ax.bar(xs, vals, width, label=code)
         ax.bar_label(bars, labels=[f"{v:.0%}" for v in vals], fontsize=8)
     ax.set_xticks([x + width * (len(codes) - 1) / 2 for x in range(len(arms))],
                   [known.get(a, a.replace("+", "\n+")) for a in arms], fontsize=8)
     ax.set_ylabel("correct per attempt")
     ax.set_ylim(0, 1)
     ax.legend(title="constraint code")
-    ax.set_title("Sealed set, tiny model, llvm (28 prompts x 4 attempts x 3 seeds)", fontsize=9)
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
 
@@ -69,6 +71,8 @@ def plot(rows: list[dict], out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("root", type=Path)
+    ap.add_argument("--title", default="Sealed set, tiny model, llvm (28 prompts x 4 attempts x 3 seeds)",
+                    help="the plot's title (what was evaluated, on what)")
     args = ap.parse_args(argv)
     rows = collect(args.root)
     if not rows:
@@ -83,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['correct']:.1%} ({r['n_correct']}) | {t['construction'][0]}/{t['construction'][1]} | "
               f"{t['refinement'][0]}/{t['refinement'][1]} | {r['speedup']:.2f} | "
               + ", ".join(f"{k} {v}" for k, v in sorted(r["categories"].items(), key=lambda kv: -kv[1])) + " |")
-    plot(rows, args.root / "correct_per_attempt.png")
+    plot(rows, args.root / "correct_per_attempt.png", args.title)
     print(f"plot: {args.root / 'correct_per_attempt.png'}")
     return 0
 
