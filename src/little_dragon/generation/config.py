@@ -39,8 +39,10 @@ class GenerationConfig:
                                                   "kernel (a line or its end refused with its retries spent, or cut "
                                                   "at max_new_tokens) ends at the longest prefix of its checked lines, "
                                                   "at most this many lines shorter, that the target's post-processors "
-                                                  "finish, and `post *` (counted; 0: a refused attempt keeps its "
-                                                  "refused line, a cut one is finished at its last line only).")
+                                                  "finish, and `post *`; a block left unbound under a tiling "
+                                                  "annotation is tried without it (counted; 0: a refused attempt keeps "
+                                                  "its refused line, a cut one is finished at its last line only; the "
+                                                  "SFT validity passes, which measure the model, use 0).")
     dtype: str = field("auto", help="Weights dtype for generation: auto (bfloat16 on a GPU, float32 on CPU), "
                                     "float32, bfloat16, float16.")
     device: str = field("auto", help="auto (cuda when available, else cpu), cpu, cuda, cuda:N.")
