@@ -135,3 +135,22 @@ def test_an_attempt_ended_as_host_code_is_finished_without_its_tiling_annotation
         cut.advance(t)
     assert not cut.dead and cut.script(head + "fu") == untiled, cut.error
     assert cut.stats.truncated == 1 and cut.stats.finished_untiled == 1
+
+
+def test_a_tile_line_ended_without_its_annotation_carries_the_factor_tvm_ran(engine, smollm2):
+    """The same attempt with a first tile factor that is not TVM's (9 where 256 / 32 = 8: the constraint leaves t1 to
+    TVM's replay and the script carries what TVM ran): ended without its annotation, the tile line still carries 8
+    (the repair finds tile lines by index, which the dropped annotation shifts)."""
+    import json
+
+    from dragon_testkit import feed_constraint
+
+    from little_dragon.generation.constrained import Workload
+
+    mod = prim_module(_bias_silu())
+    sampled = TILED.replace("tile l0 = 8 1 1 2 2 2 4", "tile l0 = 9 1 1 2 2 2 4")
+    where, c = feed_constraint(engine, Workload(mod, json.dumps(H200)), smollm2, sampled)
+    assert where is None and c.dead and c.error.startswith("post: host code"), (where, c.error)
+    assert c.repaired, "the sampled first factor was not TVM's"
+    c.finish_back = 24
+    assert c.script(sampled) == TILED.replace('ann b0 tiling "SSSSSRRSRS"\n', "")

@@ -1020,8 +1020,9 @@ class ScriptConstraint:
             why = self._finish_check_cached(candidate)
             untiled = False
             if why.startswith("host code"):
-                bare = _TILING_ANNOTATION.sub("", head)
-                if bare != head and bare.strip():
+                # repaired first: ``script``'s repair finds its tile lines by their index, which the dropped lines shift
+                bare = _TILING_ANNOTATION.sub("", self._repair(head))
+                if bare != self._repair(head) and bare.strip():
                     candidate, untiled = bare + "post *\n", True
                     why = self._finish_check_cached(candidate)
             if not why:
