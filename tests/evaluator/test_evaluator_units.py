@@ -66,3 +66,22 @@ def test_mutations_change_scripts_in_every_way():
         outs = {mutate(script, rng, kind)[1] for _ in range(20)}
         assert any(o != script for o in outs), kind
     assert not math.isnan(len(script))
+
+
+def test_a_compiler_failure_names_its_error_first():
+    """nvcc's output through TVM's CUDA build is mostly warnings, ending in warnings: the verdict's message must start
+    with the compiler's error lines (session 21's H200 build errors kept 1,200 characters of warnings and no error; the
+    attempts table keeps a message's first 500).  Output shaped as nvcc writes it (no GPU or nvcc in CI); a TVM error
+    keeps its tail, where TVM writes the useful line."""
+    from little_dragon.evaluator.worker import _short
+
+    warnings = [f'tvm_kernels.cu({i}): warning #177-D: variable "cse_v{i}" was declared but never referenced\n'
+                f"    int cse_v{i} = (ax2_0_0 * 32);\n        ^\n\n" for i in range(60)]
+    nvcc = ("Compilation error:\n" + "".join(warnings[:20]) + 'tvm_kernels.cu(76): error: identifier "__pack_half2" is '
+            "undefined\n\n" + "".join(warnings[20:]) + "1 error detected in the compilation of \"tvm_kernels.cu\".\n")
+    msg = _short(RuntimeError(nvcc))
+    assert len(msg) <= 1210
+    assert msg[:500].startswith("RuntimeError: 1 compiler error(s): tvm_kernels.cu(76): error: identifier "
+                                '"__pack_half2" is undefined'), msg[:200]
+    tvm_error = "InternalError: " + "traceback line\n" * 200 + "Check failed: the useful line"
+    assert _short(RuntimeError(tvm_error)).endswith("Check failed: the useful line")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import resource
 import secrets
 import signal
@@ -129,10 +130,23 @@ def _device_lock():
     return device_lock(device({"kind": _S.target_kind}))
 
 
+# a compiler's own error line: nvcc's `file.cu(12): error: ..`, gcc/clang's `file.c:12:3: error: ..`
+_COMPILER_ERROR = re.compile(r"^\s*\S+(?:\(\d+\)|:\d+(?::\d+)?): (?:catastrophic |fatal )?error\b.*$", re.M)
+
+
 def _short(e: BaseException, limit: int = 1200) -> str:
+    """``e`` as a verdict's message of at most ~``limit`` characters.  TVM errors end with the useful line: the tail
+    is kept.  A compiler's output (nvcc through TVM's CUDA build) is mostly warnings, and its tail is warnings: its
+    error lines go first (session 21's H200 build errors kept 1,200 characters of nvcc warnings and no error)."""
     text = f"{type(e).__name__}: {e}".strip()
-    # TVM errors end with the useful line; keep the tail
-    return text if len(text) <= limit else "..." + text[-limit:]
+    if len(text) <= limit:
+        return text
+    errors = [m.group(0).strip() for m in _COMPILER_ERROR.finditer(text)]
+    if errors:
+        head = f"{type(e).__name__}: {len(errors)} compiler error(s): " + " | ".join(errors[:5])
+        head = head[:limit // 2]
+        return head + " ... " + text[-(limit - len(head) - 5):]
+    return "..." + text[-limit:]
 
 
 def describe_device() -> str:
