@@ -84,15 +84,13 @@ def merge(scored: Path, into: Path, out_dir: Path) -> int:
             return 2
         a.loc[hit, ["script", "category", "message", "latency_us", "speedup"]] = [
             r["script"], r["category"], r["message"] or "", r["latency_us"], r["speedup"]]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    a.to_parquet(out_dir / "attempts.parquet.tmp")
-    (out_dir / "attempts.parquet.tmp").replace(out_dir / "attempts.parquet")
+    atomic.write_parquet(out_dir / "attempts.parquet", a)
     m = a[model]
     speed = [s for s, c in zip(m.speedup, m.category) if c == "correct" and s and s > 0]
     summary = {"attempts": int(len(m)), "correct_rate": float((m.category == "correct").mean()),
                "geomean_speedup": math.exp(sum(math.log(s) for s in speed) / len(speed)) if speed else None,
                "rescored": len(rows), "from": str(into), "scored": str(scored)}
-    atomic.write_text(out_dir / "summary.json", json.dumps(summary, indent=1) + "\n")
+    atomic.write_json(out_dir / "summary.json", summary)
     print(json.dumps(summary))
     return 0
 

@@ -603,6 +603,52 @@ def live_state(live: LiveSchedule) -> ScheduleState:
 KERNEL_AXES = ("blockIdx.", "threadIdx.")
 
 
+@dataclasses.dataclass(frozen=True)
+class _PlacedBlock:
+    """A block of a scheduled function, where it runs (``_blocks_in_run_order``)."""
+    block: Any
+    outer: frozenset[int]  # the indices (in run order) of the blocks enclosing it
+    in_kernel: bool        # under a loop bound to a ``blockIdx``/``threadIdx`` axis
+    top: bool              # the function's own root block (no loop, sequence or branch above it)
+
+
+def _blocks_in_run_order(sch: Any) -> list[_PlacedBlock]:
+    """Every block of the scheduled functions in the order they run (a block before the blocks it encloses, its init
+    before its body), with where it runs."""
+    from tvm.s_tir import SBlockRealize
+    from tvm.tirx import For, IfThenElse, SeqStmt, Stmt
+
+    out: list[_PlacedBlock] = []
+
+    def visit(stmt: Any, outer: frozenset[int], in_kernel: bool, top: bool) -> None:
+        if isinstance(stmt, For):
+            tag = str(stmt.thread_binding.thread_tag) if stmt.thread_binding is not None else ""
+            visit(stmt.body, outer, in_kernel or tag.startswith(KERNEL_AXES), False)
+        elif isinstance(stmt, SBlockRealize):
+            out.append(_PlacedBlock(stmt.block, outer, in_kernel, top))
+            inner = outer | {len(out) - 1}
+            if stmt.block.init is not None:
+                visit(stmt.block.init, inner, in_kernel, False)
+            visit(stmt.block.body, inner, in_kernel, False)
+        elif isinstance(stmt, SeqStmt):
+            for s in stmt.seq:
+                visit(s, outer, in_kernel, False)
+        elif isinstance(stmt, IfThenElse):
+            visit(stmt.then_case, outer, in_kernel, False)
+            if stmt.else_case is not None:
+                visit(stmt.else_case, outer, in_kernel, False)
+        else:
+            body = getattr(stmt, "body", None)
+            if isinstance(body, Stmt):
+                visit(body, outer, in_kernel, top)
+
+    for f in sch.mod.functions.values():
+        body = getattr(f, "body", None)
+        if isinstance(body, Stmt):
+            visit(body, frozenset(), False, True)
+    return out
+
+
 def host_blocks(sch: Any) -> list[str]:
     """The blocks of the scheduled function (the root aside) that no loop bound to a ``blockIdx``/``threadIdx`` axis
     encloses.  On a GPU target such a block is computed in the host function, on device pointers: the kernel
@@ -610,38 +656,7 @@ def host_blocks(sch: Any) -> list[str]:
     the block carries ``meta_schedule.tiling_structure`` (``ann b tiling ..``): RewriteUnboundBlock skips a block
     annotated as multi-level tiled, whose binding the tiling rule writes itself (the H200 sealed run of session 20: 22
     of 96 attempts segfaulted this way)."""
-    from tvm.s_tir import SBlockRealize
-    from tvm.tirx import For, IfThenElse, SeqStmt, Stmt
-
-    out: list[str] = []
-
-    def visit(stmt: Any, in_kernel: bool, top: bool) -> None:
-        if isinstance(stmt, For):
-            tag = str(stmt.thread_binding.thread_tag) if stmt.thread_binding is not None else ""
-            visit(stmt.body, in_kernel or tag.startswith(KERNEL_AXES), False)
-        elif isinstance(stmt, SBlockRealize):
-            if not in_kernel and not top:
-                out.append(stmt.block.name_hint)
-            if stmt.block.init is not None:
-                visit(stmt.block.init, in_kernel, False)
-            visit(stmt.block.body, in_kernel, False)
-        elif isinstance(stmt, SeqStmt):
-            for s in stmt.seq:
-                visit(s, in_kernel, False)
-        elif isinstance(stmt, IfThenElse):
-            visit(stmt.then_case, in_kernel, False)
-            if stmt.else_case is not None:
-                visit(stmt.else_case, in_kernel, False)
-        else:
-            body = getattr(stmt, "body", None)
-            if isinstance(body, Stmt):
-                visit(body, in_kernel, top)
-
-    for f in sch.mod.functions.values():
-        body = getattr(f, "body", None)
-        if isinstance(body, Stmt):
-            visit(body, False, True)
-    return out
+    return [p.block.name_hint for p in _blocks_in_run_order(sch) if not p.in_kernel and not p.top]
 
 
 def read_before_written(sch: Any) -> list[str]:
@@ -653,41 +668,15 @@ def read_before_written(sch: Any) -> list[str]:
     nobody wrote: session 21's two CPU sealed wrong results (`rat` of a producer of `scores` under the softmax's
     loop; of the `T_cast` that `T_multiply` reads under the reduction's loop).  A block nested in the reader (its
     blockized outer block) is not another block; a block reading what it writes itself is a reduction."""
-    from tvm.s_tir import SBlockRealize
-    from tvm.tirx import IfThenElse, SeqStmt, Stmt
-
-    blocks: list[tuple[Any, frozenset[int]]] = []  # the blocks in the order they run, and their enclosing blocks
-
-    def visit(stmt: Any, outer: frozenset[int]) -> None:
-        if isinstance(stmt, SBlockRealize):
-            blocks.append((stmt.block, outer))
-            inner = outer | {len(blocks) - 1}
-            if stmt.block.init is not None:
-                visit(stmt.block.init, inner)
-            visit(stmt.block.body, inner)
-        elif isinstance(stmt, SeqStmt):
-            for s in stmt.seq:
-                visit(s, outer)
-        elif isinstance(stmt, IfThenElse):
-            visit(stmt.then_case, outer)
-            if stmt.else_case is not None:
-                visit(stmt.else_case, outer)
-        else:
-            body = getattr(stmt, "body", None)
-            if isinstance(body, Stmt):
-                visit(body, outer)
-
-    for f in sch.mod.functions.values():
-        body = getattr(f, "body", None)
-        if isinstance(body, Stmt):
-            visit(body, frozenset())
+    blocks = _blocks_in_run_order(sch)
     writers: dict[int, list[int]] = {}  # buffer (its handle's hash, as ``_param_buffers``) -> the blocks writing it
-    for i, (block, _) in enumerate(blocks):
-        for region in block.writes:
+    for i, p in enumerate(blocks):
+        for region in p.block.writes:
             writers.setdefault(hash(region.source), []).append(i)
-    for i, (block, _) in enumerate(blocks):
-        for region in block.reads:
+    for i, p in enumerate(blocks):
+        for region in p.block.reads:
             for j in writers.get(hash(region.source), ()):
-                if j > i and i not in blocks[j][1]:
-                    return [block.name_hint, str(getattr(region.source, "name", region.source)), blocks[j][0].name_hint]
+                if j > i and i not in blocks[j].outer:
+                    return [p.block.name_hint, str(getattr(region.source, "name", region.source)),
+                            blocks[j].block.name_hint]
     return []

@@ -1021,8 +1021,9 @@ class ScriptConstraint:
             untiled = False
             if why.startswith("host code"):
                 # repaired first: ``script``'s repair finds its tile lines by their index, which the dropped lines shift
-                bare = _TILING_ANNOTATION.sub("", self._repair(head))
-                if bare != self._repair(head) and bare.strip():
+                repaired = self._repair(head)
+                bare = _TILING_ANNOTATION.sub("", repaired)
+                if bare != repaired and bare.strip():
                     candidate, untiled = bare + "post *\n", True
                     why = self._finish_check_cached(candidate)
             if not why:
