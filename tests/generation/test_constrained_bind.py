@@ -36,3 +36,30 @@ def test_a_thread_axis_is_not_bound_on_nested_loops(engine, smollm2):
                 other_allowed += 1
     assert forbidden and other_allowed, (forbidden, other_allowed)
     assert accepted_by_tvm, "TVM's Bind accepts a nested axis: the rule is the constraint's, not a TVM refusal"
+
+
+def test_a_bound_loop_is_not_bound_again(engine, smollm2):
+    """Right after real `bind` lines: the loop just bound is not bound again, to its axis or another (TVM accepts
+    both; session 22's H200 sealed run had an attempt write `bind l0 by` 150 times until its budget ended), while a
+    live unbound data-parallel loop of the same prefix may still be bound."""
+    import re
+
+    from little_dragon.codec.kinds import THREAD_FULL
+
+    again = accepted_by_tvm = unbound_allowed = 0
+    for _, mod, wl, head, line in real_prefixes(DATA / "real_cuda_db", ("bind",), limit=4):
+        head += line + "\n"
+        st = prefix_state(mod, head)
+        k = int(re.match(r"bind l(\d+) ", line).group(1))
+        assert k in st.loop_bound, (line, st.loop_bound)
+        for axis in THREAD_FULL.values():
+            assert not allowed_by_mask(engine, wl, smollm2, head + f"bind l{k} {axis}\n"), (line, axis)
+            again += 1
+        accepted_by_tvm += tvm_accepts(mod, head + line + "\n")
+        free = [j for j in sorted(st.loops) if j not in st.loop_bound and j not in st.loop_nested_axes
+                and st.loop_iters.get(j, "S") == "S"]
+        if free:
+            assert allowed_by_mask(engine, wl, smollm2, head + f"bind l{free[0]} {THREAD_FULL['threadIdx.x']}\n"), free
+            unbound_allowed += 1
+    assert again and unbound_allowed, (again, unbound_allowed)
+    assert accepted_by_tvm, "TVM's Bind binds a bound loop again: the rule is the constraint's, not a TVM refusal"

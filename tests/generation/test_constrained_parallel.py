@@ -25,14 +25,21 @@ def _nested(st, k: int, form: str) -> bool:
     return form.startswith("bind") and AXIS[form.split()[-1]] in st.loop_nested_axes.get(k, ())
 
 
+def _rebound(st, k: int, form: str) -> bool:
+    """A `bind` of loop ``k``, which a thread axis binds already: the bound-loop rule's to forbid, which TVM accepts
+    (tests/generation/test_constrained_bind.py)."""
+    return form.startswith("bind") and k in st.loop_bound
+
+
 @pytest.mark.parametrize("db,before", [("real_llvm_db", ("par", "vec", "ann")), ("real_cuda_db", ("bind", "vec"))])
 def test_masked_par_vec_bind_lines_are_the_ones_tvm_refuses_for_their_iters(engine, smollm2, db, before):
     """At real prefixes (right before a real record's `par`/`vec`/`bind` line): for every live loop and each form,
     a line the mask forbids is one TVM refuses (the constraint never forbids what TVM accepts), a loop that
     carries a reduction iter is forbidden `par`/`vec`/a block or vthread bind and allowed a threadIdx bind, and
     the rule forbids something at these prefixes (the test would pass vacuously without it).  A bind to an axis
-    bound around the loop at another extent is the nested-axis rule's, and on the CPU (llvm) a bind to a block or
-    thread axis the target rule's (forbidden although TVM's Bind accepts them)."""
+    bound around the loop at another extent is the nested-axis rule's, a bind of a loop bound already the bound-loop
+    rule's, and on the CPU (llvm) a bind to a block or thread axis the target rule's (forbidden although TVM's Bind
+    accepts them)."""
 
     from little_dragon.generation.schedule_worker import cpu_target
 
@@ -46,7 +53,7 @@ def test_masked_par_vec_bind_lines_are_the_ones_tvm_refuses_for_their_iters(engi
             for form in FORMS:
                 line = form.format(l=f"l{k}") + "\n"
                 ok = allowed_by_mask(engine, wl, smollm2, head + line)
-                if _nested(st, k, form):
+                if _nested(st, k, form) or _rebound(st, k, form):
                     assert not ok, (name, line)
                     continue
                 if cpu and form.startswith("bind") and " vx" not in form:

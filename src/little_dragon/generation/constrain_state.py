@@ -61,6 +61,10 @@ class ScheduleState:
     loop_child: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     # live loops with an annotation or a thread binding: TVM's Split and Fuse refuse them
     loop_pinned: frozenset[int] = frozenset()
+    # live loops bound to a thread axis: TVM's Bind binds one again (to the same axis or another) without complaint; no
+    # real trace does (a loop is bound once, when its kernel's loops are), and the H200 sealed run of session 22 had an
+    # attempt write `bind l0 by` 150 times until the token budget cut it
+    loop_bound: frozenset[int] = frozenset()
     # live blocks TVM's ComputeInline refuses: the root, a block with an init statement (a reduction), an output
     # block (one writing a buffer of the function's parameters)
     not_inlinable: frozenset[int] = frozenset()
@@ -186,13 +190,14 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
     st.compute_at = _safe(lambda: _compute_at_loops(sch, {k: rv for k, (rv, _) in block_rvs.items() if k not in roots},
                                                     loop_rvs), None)
     if loop_vars:
-        kinds, child, pinned, nested, _, rfactor = _loop_facts(sch)
+        kinds, child, pinned, nested, bound, rfactor = _loop_facts(sch)
         st.loop_iters = {k: kinds.get(h, "S") for k, h in loop_vars.items()}
         named: dict[int, list[int]] = {}  # loop variable handle -> the live script variables naming that loop
         for k, h in loop_vars.items():
             named.setdefault(h, []).append(k)
         st.loop_child = {k: tuple(named[child[h]]) for k, h in loop_vars.items() if child.get(h) in named}
         st.loop_pinned = frozenset(k for k, h in loop_vars.items() if h in pinned)
+        st.loop_bound = frozenset(k for k, h in loop_vars.items() if h in bound)
         st.loop_nested_axes = {k: nested[h] for k, h in loop_vars.items() if nested.get(h)}
         st.loop_rfactor = {k: rfactor[h] for k, h in loop_vars.items() if h in rfactor}
     return st
@@ -605,14 +610,14 @@ KERNEL_AXES = ("blockIdx.", "threadIdx.")
 
 @dataclasses.dataclass(frozen=True)
 class _PlacedBlock:
-    """A block of a scheduled function, where it runs (``_blocks_in_run_order``)."""
+    """A block of a scheduled function, where it runs (``blocks_in_run_order``)."""
     block: Any
     outer: frozenset[int]  # the indices (in run order) of the blocks enclosing it
     in_kernel: bool        # under a loop bound to a ``blockIdx``/``threadIdx`` axis
     top: bool              # the function's own root block (no loop, sequence or branch above it)
 
 
-def _blocks_in_run_order(sch: Any) -> list[_PlacedBlock]:
+def blocks_in_run_order(sch: Any) -> list[_PlacedBlock]:
     """Every block of the scheduled functions in the order they run (a block before the blocks it encloses, its init
     before its body), with where it runs."""
     from tvm.s_tir import SBlockRealize
@@ -649,14 +654,53 @@ def _blocks_in_run_order(sch: Any) -> list[_PlacedBlock]:
     return out
 
 
-def host_blocks(sch: Any) -> list[str]:
+def host_blocks(sch: Any, blocks: list[_PlacedBlock] | None = None) -> list[str]:
     """The blocks of the scheduled function (the root aside) that no loop bound to a ``blockIdx``/``threadIdx`` axis
     encloses.  On a GPU target such a block is computed in the host function, on device pointers: the kernel
     segfaults when it runs.  TVM builds it anyway (0.27's VerifyMemory passes it), and ``post *`` leaves it so when
     the block carries ``meta_schedule.tiling_structure`` (``ann b tiling ..``): RewriteUnboundBlock skips a block
     annotated as multi-level tiled, whose binding the tiling rule writes itself (the H200 sealed run of session 20: 22
-    of 96 attempts segfaulted this way)."""
-    return [p.block.name_hint for p in _blocks_in_run_order(sch) if not p.in_kernel and not p.top]
+    of 96 attempts segfaulted this way).  ``blocks``: ``blocks_in_run_order(sch)``, when the caller has it."""
+    return [p.block.name_hint for p in (blocks_in_run_order(sch) if blocks is None else blocks)
+            if not p.in_kernel and not p.top]
+
+
+FRAGMENT_SCOPES = ("wmma.",)  # tensor-core fragments: opaque registers, only the wmma intrinsics may touch them
+
+
+def fragment_elements(sch: Any, blocks: list[_PlacedBlock] | None = None) -> list[str]:
+    """The first block of the scheduled function that touches a tensor-core fragment element by element
+    (``[block, buffer]``; empty when none does): a block with no block inside it that reads or writes a buffer in a
+    ``wmma.*`` scope and stores with a plain statement instead of being one of the wmma intrinsics (whose bodies only
+    call ``tvm_fill_fragment``, ``tvm_load_matrix_sync``, ``tvm_mma_sync``, ``tvm_store_matrix_sync``).  Such a block is
+    what a tensorization that did not happen leaves: MetaSchedule's RewriteTensorize only warns when a block annotated
+    for an intrinsic does not match it ("Tensorize failed ... scope(): global vs wmma.accumulator"), and the block
+    stays scalar code on a fragment.  TVM lowers it; nvcc refuses the CUDA it generates ("no operator "+" matches
+    these operands": a fragment is not a number), the judge's build error (session 22's H200 sealed run: the 5
+    `conv2d_transpose` refinement build errors).  ``blocks``: ``blocks_in_run_order(sch)``, when the caller has it."""
+    from tvm.tirx import BufferStore, SeqStmt, Stmt
+
+    def stores(stmt: Any) -> bool:
+        if isinstance(stmt, BufferStore):
+            return True
+        if isinstance(stmt, SeqStmt):
+            return any(stores(s) for s in stmt.seq)
+        for part in ("body", "then_case", "else_case"):
+            sub = getattr(stmt, part, None)
+            if isinstance(sub, Stmt) and stores(sub):
+                return True
+        return False
+
+    blocks = blocks_in_run_order(sch) if blocks is None else blocks
+    parents = {i for p in blocks for i in p.outer}
+    for i, p in enumerate(blocks):
+        if i in parents:
+            continue
+        fragment = next((r.source for r in list(p.block.reads) + list(p.block.writes)
+                         if str(r.source.scope()).startswith(FRAGMENT_SCOPES)), None)
+        if fragment is not None and stores(p.block.body):
+            return [p.block.name_hint, str(fragment.name)]
+    return []
 
 
 def read_before_written(sch: Any) -> list[str]:
@@ -668,7 +712,7 @@ def read_before_written(sch: Any) -> list[str]:
     nobody wrote: session 21's two CPU sealed wrong results (`rat` of a producer of `scores` under the softmax's
     loop; of the `T_cast` that `T_multiply` reads under the reduction's loop).  A block nested in the reader (its
     blockized outer block) is not another block; a block reading what it writes itself is a reduction."""
-    blocks = _blocks_in_run_order(sch)
+    blocks = blocks_in_run_order(sch)
     writers: dict[int, list[int]] = {}  # buffer (its handle's hash, as ``_param_buffers``) -> the blocks writing it
     for i, p in enumerate(blocks):
         for region in p.block.writes:

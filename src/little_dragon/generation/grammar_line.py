@@ -496,22 +496,26 @@ def _parallel_rules(state: ScheduleState) -> list[str]:
     cross-thread reduction); a loop that carries any other iter kind is none of these (``state.loop_iters``).
     [nested axes] A loop is not bound to a thread axis already bound on a loop enclosing it or nested in it at
     another extent (``state.loop_nested_axes``): TVM accepts that and lowers it to a kernel that leaves outputs
-    unwritten (session 11's sealed wrong results); such a loop takes the other axes it may take (``bn<k>``)."""
+    unwritten (session 11's sealed wrong results); such a loop takes the other axes it may take (``bn<k>``).
+    [bound] A loop already bound to a thread axis is not bound again (``state.loop_bound``: TVM binds it again, no real
+    trace does, and a model can repeat the line until its budget ends)."""
     kind, nested = state.loop_iters, state.loop_nested_axes
     par = [k for k in sorted(state.loops) if kind.get(k, "S") == "S"]
     red = [k for k in sorted(state.loops) if kind.get(k, "S") == "R"]
+    free_par = [k for k in par if k not in state.loop_bound]
+    free_red = [k for k in red if k not in state.loop_bound]
     all_axes, tidx_axes = (_CPU_AXES, ()) if state.cpu else (_AXES, _THREAD_IDX_AXES)  # [target]: no GPU threads
     rules = ['k_par: "par" LPAR', 'k_vec: "vec" LPAR', "LPAR: " + _alts([f"l{k}" for k in par]),
              "TIDX: " + _alts(_axis_forms(tidx_axes)), "AXIS: " + _alts(_axis_forms(all_axes))]
     bind = ["BPAR AXIS", "BRED TIDX"]
-    for axes, loops in ((all_axes, par), (tidx_axes, red)):
+    for axes, loops in ((all_axes, free_par), (tidx_axes, free_red)):
         for k in loops:
             if nested.get(k) and axes:
                 rules.append(f'bn{k}: "l{k}" (' + _alts(_axis_forms([a for a in axes if a not in nested[k]])) + ")")
                 bind.append(f"bn{k}")
     rules += ['k_bind: "bind" (' + " | ".join(bind) + ")",
-              "BPAR: " + _alts([f"l{k}" for k in par if not nested.get(k)]),
-              "BRED: " + _alts([f"l{k}" for k in red if not nested.get(k)])]
+              "BPAR: " + _alts([f"l{k}" for k in free_par if not nested.get(k)]),
+              "BRED: " + _alts([f"l{k}" for k in free_red if not nested.get(k)])]
     return rules
 
 
@@ -573,7 +577,7 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.n_children.items())), tuple(sorted(state.n_producers.items())),
             tuple(sorted(state.n_consumers.items())), tuple(sorted(state.n_reads.items())),
             tuple(sorted(state.n_writes.items())), tuple(sorted(state.loop_iters.items())),
-            tuple(sorted(state.loop_child.items())), tuple(sorted(state.loop_pinned)),
+            tuple(sorted(state.loop_child.items())), tuple(sorted(state.loop_pinned)), tuple(sorted(state.loop_bound)),
             tuple(sorted(state.not_inlinable)),
             tuple(sorted((k, tuple(sorted(v))) for k, v in state.loop_nested_axes.items())),
             tuple(sorted(state.root_blocks)), tuple(sorted((k, tuple(sorted(v))) for k, v in state.annotations.items())),

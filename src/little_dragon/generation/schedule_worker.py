@@ -33,9 +33,9 @@ import sys
 import threading
 from typing import Any
 
-from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleState, extend, live_state,
-                                                     LOOKUP_RUN_FACTOR, host_blocks, nested_thread_bindings,
-                                                     read_before_written, replay)
+from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleState, blocks_in_run_order, extend,
+                                                     fragment_elements, live_state, LOOKUP_RUN_FACTOR, host_blocks,
+                                                     nested_thread_bindings, read_before_written, replay)
 from little_dragon.tvmx.schedule import fingerprint, fresh_schedule
 
 TIMEOUT_S = 120.0  # one request: a line's apply takes milliseconds, a cut attempt's post-processing seconds at most
@@ -182,6 +182,8 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
       the kernel leaves outputs unwritten);
     - on an accelerator, leave no block outside its kernels (``host_blocks``: TVM builds it into the host function,
       which then reads device memory and segfaults; ``post *`` leaves a block annotated as tiled unbound);
+    - on an accelerator, leave no block touching a tensor-core fragment element by element (``fragment_elements``: a
+      tensorization that did not happen; TVM lowers it and nvcc refuses the code);
     - strip its layout-rewrite pre-processing blocks, as MetaSchedule's builder does first (a block annotated as one
       that is not one fails there);
     - on an accelerator target, lower for it (``tvmx.build.lower_for_target``: the build's passes without code
@@ -209,10 +211,15 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
             return f"nested thread binding: {clash[0]}"
         target = as_target(post_context.target)
         on_device = lowering_checked(target)
-        host = host_blocks(sch) if on_device else []
+        placed = blocks_in_run_order(sch) if on_device else []  # one walk of the kernel for both rules below
+        host = host_blocks(sch, placed) if on_device else []
         if host:
             return (f"host code: block {host[0]} is under no blockIdx/threadIdx loop, so the host would compute it on "
                     "device memory")
+        scalar = fragment_elements(sch, placed) if on_device else []
+        if scalar:
+            return (f"untensorized fragment: block {scalar[0]} reads or writes the tensor-core fragment {scalar[1]} "
+                    "element by element (its tensorization did not happen; nvcc refuses the code)")
     except Exception as e:  # noqa: BLE001 - any failure of the derivation: not finished, and why
         return f"{type(e).__name__}: {str(e).strip()[:300]}"
     transforms = _transforms(text)
