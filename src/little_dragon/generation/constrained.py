@@ -150,6 +150,7 @@ class ConstraintStats:
     finished_earlier: int = 0      # attempts ended at an earlier line the post-processors finish (``finish_back``)
     finished_earlier_lines: int = 0  # the lines they dropped (a refused line included)
     finished_untiled: int = 0      # of them, ended without their tiling annotations (a tiled block left unbound)
+    runaway_lines: int = 0         # lines cut at ``LINE_MAX_BYTES`` without their end (drawn again, or the attempt ends)
     reasons: dict[str, int] = dataclasses.field(default_factory=dict)
     retry_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
 
@@ -939,6 +940,20 @@ class ScriptConstraint:
             self._line_done(line)
         elif b"\n" in b:  # blank lines before an instruction: the same matcher goes on
             self.line = self.line.partition(b"\n")[2].lstrip(b"\n")
+        elif len(self.line) > LINE_MAX_BYTES:
+            self._runaway()
+
+    def _runaway(self) -> None:
+        """[runaway] The current line grew past ``LINE_MAX_BYTES`` without ending: refused as TVM refusing it would
+        be (drawn again from its start while the attempt has line retries, else the attempt ends at its checked
+        lines, finished as a cut one is: ``script``)."""
+        self.stats.runaway_lines += 1
+        why = (f"a line of over {LINE_MAX_BYTES} bytes without its end "
+               f"({self.line[:40].decode('utf-8', 'replace')!r}..)")
+        if self.retried < self.line_retries and self._starts:
+            self._go_back(len(self._starts) - 1, "runaway: " + why)
+        else:
+            self._kill("runaway", why)
 
     def ended_line(self, b: bytes) -> str | None:
         """The line a token of bytes ``b`` ends (its text, without the newline), or None: no newline in ``b``, or
@@ -1234,6 +1249,14 @@ def fill_masks(constraints: list[ScriptConstraint], bitmask: Any) -> None:
 # The grammar and the decoder are unchanged (``test_real_harvest_records_are_never_forbidden``: the
 # encoder's text of every real record is still accepted token by token).
 WS_START, WS_SPACE, WS_MID = range(3)
+
+# [runaway] The longest line of every real record we have is 124 bytes (a rank-4 `layout` index map; 1,948 records of
+# the H200, llvm and committed CUDA/llvm databases; next `blayout` 109, `blk` 57, `fuse` 36).  Some lists the grammar
+# leaves unbounded (loops of a `fuse` or `reorder`, the indices of an index map) let a model write one line until the
+# token budget: session 23's CPU A/B had an attempt writing `l52 ` ~300 times and one an index map of ~300 tokens, so
+# a batch of 32 attempts that ended within 90 tokens ran 319 steps for those two.  A line longer than this is refused
+# (``ScriptConstraint._runaway``), twice the longest real one.
+LINE_MAX_BYTES = 256
 _NON_CANONICAL_WS = (b"  ", b"\t", b"\r", b"\n\n", b" \n", b"\n ")
 
 
