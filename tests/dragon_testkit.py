@@ -210,7 +210,11 @@ def prefix_state(mod, head: str):
     from little_dragon import codec
     from little_dragon.generation.constrain_state import live_state, replay
 
-    return live_state(replay(mod, codec.decode(head, codec.SyntaxOnlyContext())))
+    from little_dragon.generation.schedule_worker import lookup_run
+
+    state = live_state(replay(mod, codec.decode(head, codec.SyntaxOnlyContext())))
+    state.lookup_run = lookup_run(head)  # a fact of the text (``schedule_worker.prefix_facts`` sets it too)
+    return state
 
 
 def tvm_accepts(mod, text: str) -> bool:

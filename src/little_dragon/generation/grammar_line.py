@@ -166,6 +166,37 @@ def _count_rule(name: str, mnemonic: str, counts: dict[int, int], loops: bool = 
     return rules
 
 
+_LOOKED_UP = re.compile(r"([a-z]+) b(\d+) (\d+)")
+
+
+def _looked_up(run: frozenset[str], mnemonic: str, counts: dict[int, int]) -> frozenset[int]:
+    """[repeated lookup] The blocks ``k`` whose line ``mnemonic b<k> N`` (N their real count: the rule's one line for
+    that block) is in the run of lookups ending the prefix (``ScheduleState.lookup_run``): written again it would
+    answer the same.  A count not known keeps the block (its rule writes any count)."""
+    out = []
+    for line in run:
+        m = _LOOKED_UP.fullmatch(line)
+        if m and m.group(1) == mnemonic and counts.get(int(m.group(2)), -1) == int(m.group(3)) >= 0:
+            out.append(int(m.group(2)))
+    return frozenset(out)
+
+
+def _looked_up_names(run: frozenset[str]) -> frozenset[str]:
+    """[repeated lookup] The block names a `blk` line of the run of lookups ending the prefix looked up (either form:
+    `blk add`, `blk "add"`; a line with `fn=` is another lookup and keeps its name)."""
+    out = []
+    for line in run:
+        if line.startswith("blk ") and "fn=" not in line:
+            name = line[4:].strip()
+            if name.startswith('"'):
+                try:
+                    name = json.loads(name)
+                except ValueError:
+                    continue
+            out.append(name)
+    return frozenset(out)
+
+
 def _index_rule(name: str, mnemonic: str, counts: dict[int, int]) -> list[str]:
     """``cread b<k> i scope [c=...]``: i < the number of buffers the block reads (writes); the scope one of the
     target's (``SCOPE``, ``_target_rules``).  [consumers] `c=` (TVM's ``consumer_blocks``) names at most the block
@@ -577,7 +608,7 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.n_children.items())), tuple(sorted(state.n_producers.items())),
             tuple(sorted(state.n_consumers.items())), tuple(sorted(state.n_reads.items())),
             tuple(sorted(state.n_writes.items())), tuple(sorted(state.loop_iters.items())),
-            tuple(sorted(state.loop_child.items())), tuple(sorted(state.loop_pinned)), tuple(sorted(state.loop_bound)),
+            tuple(sorted(state.loop_child.items())), tuple(sorted(state.loop_pinned)), tuple(sorted(state.loop_bound)), tuple(sorted(state.lookup_run)),
             tuple(sorted(state.not_inlinable)),
             tuple(sorted((k, tuple(sorted(v))) for k, v in state.loop_nested_axes.items())),
             tuple(sorted(state.root_blocks)), tuple(sorted((k, tuple(sorted(v))) for k, v in state.annotations.items())),
@@ -787,17 +818,25 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     out.append("LREF: " + _alts([f"l{k}" for k in sorted(state.loops)]))
     out.append("VREF: " + _alts([f"v{k}" for k in range(state.n_values)]))
     names = []
+    seen = _looked_up_names(state.lookup_run)
     for n in state.block_names:
+        if n in seen:  # [repeated lookup] `blk n` again in its run of lookups (``ScheduleState.lookup_run``)
+            continue
         names.append(json.dumps(n))
         if NAME_RE.match(n):
             names.append(n)
     # [lookups] no `blk` after a run of LOOKUP_RUN_FACTOR x (block names) of them (``ScheduleState.lookups_capped``)
-    out += _unreachable("k_blk") if state.lookups_capped else ['k_blk: "blk" BLKNAME o_fn?']
-    out.append("BLKNAME: " + _alts(names))
-    out += _count_rule("k_loops", "loops", state.n_loops_above)
-    out += _count_rule("k_kids", "kids", state.n_children, loops=True)
-    out += _count_rule("k_prods", "prods", state.n_producers, skip=state.root_blocks)
-    out += _count_rule("k_cons", "cons", state.n_consumers, skip=state.root_blocks)
+    out += _unreachable("k_blk") if state.lookups_capped or not names else ['k_blk: "blk" BLKNAME o_fn?']
+    if names:
+        out.append("BLKNAME: " + _alts(names))
+    run = state.lookup_run
+    out += _count_rule("k_loops", "loops", state.n_loops_above, skip=_looked_up(run, "loops", state.n_loops_above))
+    out += _count_rule("k_kids", "kids", state.n_children, loops=True,
+                       skip=_looked_up(run, "kids", state.n_children))
+    out += _count_rule("k_prods", "prods", state.n_producers,
+                       skip=state.root_blocks | _looked_up(run, "prods", state.n_producers))
+    out += _count_rule("k_cons", "cons", state.n_consumers,
+                       skip=state.root_blocks | _looked_up(run, "cons", state.n_consumers))
     out += _index_rule("k_cread", "cread", state.n_reads)
     out += _index_rule("k_cwrite", "cwrite", state.n_writes)
     out += _buffer_rules(state)

@@ -115,6 +115,7 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
     state.unchanged = _unchanged(live, mod, key)
     state.cpu = isinstance(key, tuple) and len(key) > 1 and isinstance(key[1], str) and cpu_target(key[1])
     state.lookups_capped = trailing_lookups(text) >= LOOKUP_RUN_FACTOR * max(1, len(state.block_names))
+    state.lookup_run = lookup_run(text)
     return state
 
 
@@ -134,6 +135,19 @@ def trailing_lookups(text: str) -> int:
             break
         n += 1
     return n
+
+
+LOOKUPS = ("blk", "loops", "kids", "prods", "cons")  # the instructions that look up what exists, changing nothing
+
+
+def lookup_run(text: str) -> frozenset[str]:
+    """The lookup lines (``LOOKUPS``), stripped, of the run of them that ends ``text`` (complete lines)."""
+    out = []
+    for line in reversed(text.splitlines()):
+        if line.split(" ", 1)[0] not in LOOKUPS:
+            break
+        out.append(line.strip())
+    return frozenset(out)
 
 
 @functools.lru_cache(maxsize=64)
