@@ -104,6 +104,11 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
     if live is None:
         APPLIED["replayed"] += 1
         live = replay(mod, trace_json)
+    if _last_keyword(text) == "layout":
+        overlap = layout_overlap(mod, trace_json)
+        if overlap:  # TVM applied it trusting the script's word: refused as if TVM had checked (its retries, its reason)
+            raise RuntimeError(f"the index map is not injective: TVM's own check refuses it ({overlap}); `inj` (the "
+                               "default) skips that check, and a map that folds indices together computes garbage")
     if _last_keyword(text) in MOVES_BLOCKS:
         clash = read_before_written(live.sch)
         if clash:  # TVM applied it: the constraint refuses the line as if TVM had (its retries, its reason counted)
@@ -120,6 +125,27 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
 
 
 MOVES_BLOCKS = ("at", "rat")  # the lines that move a block under a loop (``read_before_written`` after each)
+
+
+def layout_overlap(mod: Any, trace_json: list) -> str:
+    """Why TVM's own check refuses the `layout` line that ends ``trace_json`` (TransformLayout, the last instruction),
+    "" when it passes or the script does not assume its map injective.  The codec's `inj` option (the
+    ``assume_injective_transform`` attribute) defaults to true, as MetaSchedule writes its layout rewrites, and then TVM
+    applies any map without checking that it does not fold two indices into one.  Session 23's CPU sealed wrong result
+    `layout b2 w0 {v_i,v_j,v_k->v_i,v_k}` turned a (1, 2, 32) buffer into (1, 32): both rows summed into one.  The line
+    is applied again with the check on (``inj=false``); every layout of the 773 real records that have one passes it
+    (``test_constrained_layout.py``)."""
+    inst = trace_json[0][-1] if trace_json[0] else None
+    if inst is None or inst[0] != "TransformLayout" or inst[2][3] not in (True, 1):
+        return ""
+    checked = [list(trace_json[0][:-1]) + [[inst[0], inst[1], [*inst[2][:3], False, *inst[2][4:]], inst[3]]],
+               trace_json[1]]
+    try:
+        replay(mod, checked)
+    except Exception as e:  # noqa: BLE001 - TVM's refusal is the verdict
+        msg = str(e).strip().splitlines()
+        return (msg[-1] if msg else type(e).__name__)[:200]
+    return ""
 
 
 def _last_keyword(text: str) -> str:
