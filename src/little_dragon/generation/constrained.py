@@ -1252,7 +1252,7 @@ WS_START, WS_SPACE, WS_MID = range(3)
 
 # [runaway] The longest line of every real record we have is 124 bytes (a rank-4 `layout` index map; 1,948 records of
 # the H200, llvm and committed CUDA/llvm databases; next `blayout` 109, `blk` 57, `fuse` 36).  Some lists the grammar
-# leaves unbounded (loops of a `fuse` or `reorder`, the indices of an index map) let a model write one line until the
+# leaves unbounded (the loops of a `reorder`, the indices of an index map) let a model write one line until the
 # token budget: session 23's CPU A/B had an attempt writing `l52 ` ~300 times and one an index map of ~300 tokens, so
 # a batch of 32 attempts that ended within 90 tokens ran 319 steps for those two.  A line longer than this is refused
 # (``ScriptConstraint._runaway``), twice the longest real one.
