@@ -134,8 +134,8 @@ def layout_overlap(mod: Any, trace_json: list) -> str:
     applies any map without checking that it does not fold two indices into one.  Session 23's CPU sealed wrong result
     `layout b2 w0 {v_i,v_j,v_k->v_i,v_k}` turned a (1, 2, 32) buffer into (1, 32): both rows summed into one.  The line
     is applied again with the check on (``inj=false``), the whole prefix replayed (10 ms median, 185 ms at most on 112
-    layouts of the H200 harvest; `layout` lines are rare);
-    every layout of the 773 real records that have one passes it (``test_constrained_layout.py``)."""
+    layouts of the H200 harvest; `layout` lines are rare); every layout of the 773 real records that have one passes
+    it (``test_constrained_layout.py``)."""
     inst = trace_json[0][-1] if trace_json[0] else None
     if inst is None or inst[0] != "TransformLayout" or inst[2][3] not in (True, 1):
         return ""
