@@ -1249,6 +1249,7 @@ def fill_masks(constraints: list[ScriptConstraint], bitmask: Any) -> None:
 # The grammar and the decoder are unchanged (``test_real_harvest_records_are_never_forbidden``: the
 # encoder's text of every real record is still accepted token by token).
 WS_START, WS_SPACE, WS_MID = range(3)
+_NON_CANONICAL_WS = (b"  ", b"\t", b"\r", b"\n\n", b" \n", b"\n ")
 
 # [runaway] The longest line of every real record we have is 124 bytes (a rank-4 `layout` index map; 1,948 records of
 # the H200, llvm and committed CUDA/llvm databases; next `blayout` 109, `blk` 57, `fuse` 36).  Some lists the grammar
@@ -1257,7 +1258,6 @@ WS_START, WS_SPACE, WS_MID = range(3)
 # a batch of 32 attempts that ended within 90 tokens ran 319 steps for those two.  A line longer than this is refused
 # (``ScriptConstraint._runaway``), twice the longest real one.
 LINE_MAX_BYTES = 256
-_NON_CANONICAL_WS = (b"  ", b"\t", b"\r", b"\n\n", b" \n", b"\n ")
 
 
 def restrict_whitespace(rows: list[tuple[ScriptConstraint, int]], bitmask: Any) -> None:
