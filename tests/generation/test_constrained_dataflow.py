@@ -78,6 +78,54 @@ def test_a_block_moved_past_its_consumer_is_refused(engine, smollm2):
     assert where is None and not c.dead, (where, c.error)
 
 
+def _rms_tensors():
+    """E = row sums of A, S = 1 / E, D = A * S: rms_norm's shape (session 23's CPU sealed `reindex` wrong results)."""
+    from tvm import te
+
+    a = te.placeholder((64, 256), name="A")
+    k = te.reduce_axis((0, 256), name="k")
+    e = te.compute((64,), lambda i: te.sum(a[i, k], axis=k), name="E")
+    s = te.compute((64,), lambda i: 1.0 / e[i], name="S")
+    return [a, te.compute((64, 256), lambda i, j: a[i, j] * s[i], name="D")]
+
+
+# E computed at S's loop, then S's read of E given a copy stage: TVM's ReIndex puts the copy block before S's whole
+# loop nest, so it reads E before E (now inside that nest) is written.
+REINDEX_PAST_ITS_PRODUCER = "blk E\nblk S\nloops b1 1\nat b0 l0\nreindex b1 r0\n"
+
+
+def test_a_copy_stage_placed_before_its_producer_is_refused(engine, smollm2):
+    """`reindex` places a block too: TVM applies it past a producer computed at the reindexed block's loop, and the
+    kernel leaves its output wrong (session 23: two CPU sealed wrong results, NaN outputs).  The constraint refuses
+    the line at its end; the same `reindex` without the `at` computes right and passes."""
+    from little_dragon.generation.constrain_state import read_before_written
+    from little_dragon.generation.constrained import Workload, clear_caches
+
+    def computes_right(sch) -> bool:
+        import tvm
+
+        a = np.random.default_rng(0).random((64, 256), dtype=np.float32)
+        d = tvm.runtime.tensor(np.full((64, 256), np.nan, np.float32))
+        tvm.compile(sch.mod, target="llvm")(tvm.runtime.tensor(a), d)
+        return bool(np.allclose(d.numpy(), a / a.sum(1, keepdims=True), rtol=1e-4))
+
+    clear_caches()
+    mod = prim_module(_rms_tensors())
+    wl = Workload(mod, json.dumps({"kind": "llvm", "num-cores": 2}))
+    assert tvm_accepts(mod, REINDEX_PAST_ITS_PRODUCER)
+    sch = _schedule(mod, REINDEX_PAST_ITS_PRODUCER)
+    assert read_before_written(sch) == ["E_reindex_reindex", "E", "E"] and not computes_right(sch)
+    where, c = feed_constraint(engine, wl, smollm2, REINDEX_PAST_ITS_PRODUCER)
+    assert where is None and c.dead and c.error.startswith("apply: block E_reindex_reindex would read E before block "
+                                                           "E writes it"), (where, c.error)
+
+    alone = "blk E\nblk S\nreindex b1 r0\n"
+    sch = _schedule(mod, alone)
+    assert read_before_written(sch) == [] and computes_right(sch)
+    where, c = feed_constraint(engine, wl, smollm2, alone)
+    assert where is None and not c.dead, (where, c.error)
+
+
 def test_the_refused_line_is_drawn_again(engine, smollm2):
     """With a line retry left, the refused `rat` line is taken back like any line TVM refuses (its tokens dropped,
     the reason counted), and the attempt goes on from the line's start."""
@@ -93,11 +141,12 @@ def test_the_refused_line_is_drawn_again(engine, smollm2):
 
 
 def test_real_records_read_nothing_before_it_is_written():
-    """Every committed MetaSchedule record (llvm and CUDA tensor cores), after each of its lines that moves a block:
-    no block reads a buffer before its writer runs (the rule refuses none of them; the real-records acceptance test
-    feeds them through the constraint too)."""
+    """Every committed MetaSchedule record (llvm and CUDA tensor cores), after each of its lines that places a block:
+    no block reads a buffer before its writer runs, and no reduction sits under a loop it does not use where the
+    post-processing would hoist its init (both rules refuse none of them; the real-records acceptance test feeds them
+    through the constraint too)."""
     from little_dragon.codec import encode
-    from little_dragon.generation.constrain_state import read_before_written
+    from little_dragon.generation.constrain_state import read_before_written, reduction_restarted_by_loop
     from little_dragon.generation.schedule_worker import MOVES_BLOCKS
     from little_dragon.tvmx.build import import_tensor_intrinsics
 
@@ -111,6 +160,7 @@ def test_real_records_read_nothing_before_it_is_written():
             lines = lines[:lines.index("post")] if "post" in lines else [ln for ln in lines if ln != "post *"]
             for k, line in enumerate(lines):
                 if line.split(" ", 1)[0] in MOVES_BLOCKS:
-                    assert read_before_written(_schedule(mod, "\n".join(lines[:k + 1]) + "\n")) == [], (name, line)
+                    sch = _schedule(mod, "\n".join(lines[:k + 1]) + "\n")
+                    assert read_before_written(sch) == [] and reduction_restarted_by_loop(sch.mod) == [], (name, line)
                     moves += 1
     assert moves >= 10, moves

@@ -730,3 +730,77 @@ def read_before_written(sch: Any) -> list[str]:
                     return [p.block.name_hint, str(getattr(region.source, "name", region.source)),
                             blocks[j].block.name_hint]
     return []
+
+
+def reduction_restarted_by_loop(mod: Any) -> list[str]:
+    """The first reduction block that a loop it does not bind makes compute its reduction again and again, and whose
+    init MetaSchedule's post-processing will hoist above that loop (``[block, loop, extent]``; empty when none).
+    Before post-processing such a block is right, if slow: under a loop of another block's (``rat`` of a layer
+    norm's variance under the mean's reduction loop) its init runs whenever its own reduction loops start, once per
+    iteration of the foreign loop.  RewriteReductionBlock decomposes every reduction at the first loop above it that
+    is not data parallel (TVM's ``GetLoopIterType`` over every block under the loop: the mean's loop is a reduction
+    loop), so the init runs once before the foreign loop and the block then sums that loop's extent times over
+    (session 23's CPU sealed `layer_norm` wrong result: `rat b10 l2`).  TVM's DecomposeReduction does not check
+    that the loops it puts the init outside are the block's own."""
+    from tvm.s_tir import SBlockRealize
+    from tvm.tirx import For, SeqStmt, Stmt, analysis
+
+    kinds: dict[int, str] = {}  # loop var hash -> "S" data parallel, "R" reduction, "X" both or other
+
+    def loop_kind(loop: Any) -> str:
+        h = hash(loop.loop_var)
+        if h not in kinds:
+            seen: set[str] = set()
+
+            def visit(stmt: Any) -> None:
+                if isinstance(stmt, SBlockRealize):  # as GetLoopIterType: the bindings, not inside the block
+                    for iv, binding in zip(stmt.block.iter_vars, stmt.iter_values):
+                        if any(hash(v) == h for v in analysis.undefined_vars(binding, [])):
+                            seen.add({0: "S", 2: "R"}.get(int(iv.iter_type), "X"))
+                elif isinstance(stmt, SeqStmt):
+                    for s in stmt.seq:
+                        visit(s)
+                else:
+                    for name in ("body", "then_case", "else_case"):
+                        s = getattr(stmt, name, None)
+                        if isinstance(s, Stmt):
+                            visit(s)
+
+            visit(loop.body)
+            kinds[h] = "X" if "X" in seen or seen == {"S", "R"} else ("R" if "R" in seen else "S")
+        return kinds[h]
+
+    def walk(stmt: Any, loops: list[Any]) -> list[str]:
+        if isinstance(stmt, For):
+            return walk(stmt.body, [*loops, stmt])
+        if isinstance(stmt, SBlockRealize):
+            block = stmt.block
+            if block.init is not None:
+                first = next((i for i, loop in enumerate(loops) if loop_kind(loop) != "S"), None)
+                bound = {hash(v) for b in stmt.iter_values for v in analysis.undefined_vars(b, [])}
+                for loop in loops[first:] if first is not None else ():
+                    extent = getattr(loop.extent, "value", None)
+                    if extent != 1 and hash(loop.loop_var) not in bound:
+                        return [block.name_hint, str(loop.loop_var.name), str(loop.extent)]
+            return walk(block.body, [])  # a block's loops are its scope's own
+        if isinstance(stmt, SeqStmt):
+            for s in stmt.seq:
+                found = walk(s, loops)
+                if found:
+                    return found
+            return []
+        for name in ("body", "then_case", "else_case"):
+            s = getattr(stmt, name, None)
+            if isinstance(s, Stmt):
+                found = walk(s, loops)
+                if found:
+                    return found
+        return []
+
+    for f in mod.functions.values():
+        body = getattr(f, "body", None)
+        if isinstance(body, Stmt):
+            found = walk(body, [])
+            if found:
+                return found
+    return []

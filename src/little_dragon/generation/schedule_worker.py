@@ -35,7 +35,8 @@ from typing import Any
 
 from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleState, blocks_in_run_order, extend,
                                                      fragment_elements, live_state, LOOKUP_RUN_FACTOR, host_blocks,
-                                                     nested_thread_bindings, read_before_written, replay)
+                                                     nested_thread_bindings, read_before_written,
+                                                     reduction_restarted_by_loop, replay)
 from little_dragon.tvmx.schedule import fingerprint, fresh_schedule
 
 TIMEOUT_S = 120.0  # one request: a line's apply takes milliseconds, a cut attempt's post-processing seconds at most
@@ -113,7 +114,10 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
         clash = read_before_written(live.sch)
         if clash:  # TVM applied it: the constraint refuses the line as if TVM had (its retries, its reason counted)
             raise RuntimeError(f"block {clash[0]} would read {clash[1]} before block {clash[2]} writes it (the line "
-                               "moves a block past its consumer or producer; TVM's compute-at checks one side only)")
+                               "places a block past its consumer or producer; TVM checks one side only)")
+        restart = reduction_restarted_by_loop(live.sch.mod)
+        if restart:
+            raise RuntimeError(restarted_message(restart))
     if key is not None:
         _LIVE.put((key, text), live)
     state = live_state(live)
@@ -124,7 +128,17 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
     return state
 
 
-MOVES_BLOCKS = ("at", "rat")  # the lines that move a block under a loop (``read_before_written`` after each)
+# the lines that place a block: moved under a loop (`at`, `rat`), or a new copy block beside it (TVM's ReIndex puts
+# it before or after the whole loop nest, past a producer or consumer computed under that nest: session 23's two
+# `reindex` wrong results, outputs never written; `cread`/`cwrite`, whose placement TVM computes, alike to be sure);
+# ``read_before_written`` and ``reduction_restarted_by_loop`` after each
+MOVES_BLOCKS = ("at", "rat", "reindex", "cread", "cwrite")
+
+
+def restarted_message(restart: list[str]) -> str:
+    return (f"block {restart[0]} would compute its reduction again at each of the {restart[2]} iterations of loop "
+            f"{restart[1]}, which it does not use, and the post-processing hoists its init above that loop: it "
+            "would sum them all (TVM's DecomposeReduction does not check it)")
 
 
 def layout_overlap(mod: Any, trace_json: list) -> str:
@@ -219,6 +233,9 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
       shared memory, vector width, which no line's check can know while a tile is being written);
     - change the kernel before its post-processing, and if it only looks up, samples and annotates, lower to other
       code than the empty script (else it is the evaluator's ``no_op``);
+    - leave no reduction block under a loop it does not use below where the post-processing decomposes it
+      (``reduction_restarted_by_loop``: the init hoisted above that loop, the block sums its iterations together;
+      after a line that places a block the constraint checks it already);
     - not bind one thread axis on nested loops of different extents (``nested_thread_bindings``: TVM accepts it,
       the kernel leaves outputs unwritten);
     - on an accelerator, leave no block outside its kernels (``host_blocks``: TVM builds it into the host function,
@@ -245,8 +262,12 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
         verdict = check_module_script(text, mod, post_context, schedule=sch)
         if not verdict.valid:
             return verdict.error
-        if _schedules_nothing(mod, post_context, text, key):
+        before_post = _lines_module(mod, post_context, text, key)
+        if _schedules_nothing(mod, before_post):
             return "no_op: the script schedules nothing: the kernel is unchanged by its instructions"
+        restart = reduction_restarted_by_loop(before_post)  # lines other than moves may put a loop there (reorder)
+        if restart:
+            return restarted_message(restart)
         clash = nested_thread_bindings(sch)
         if clash:
             return f"nested thread binding: {clash[0]}"
@@ -328,27 +349,33 @@ def _lowers_as_empty(mod: Any, post_context: Any, lowered: tuple, target: Any) -
         tvm_ffi.structural_equal(a, b, map_free_vars=True) for a, b in zip(devices, lowered[1]))
 
 
-def _schedules_nothing(mod: Any, post_context: Any, text: str, key: Any = None) -> bool:
-    """Whether the lines before ``text``'s last (its ``post *``) leave ``mod`` unchanged: the evaluator's ``no_op``
-    (``evaluator.replay``), a failure the judge never rewards, so the constraint resamples it.  Read off the live
-    schedule of those lines where this process holds it (``key``), or the kernel the `post *` derivation left before
-    post-processing (``PostprocContext.pre_module``), else they are applied to a fresh schedule."""
-    import tvm_ffi
-
+def _lines_module(mod: Any, post_context: Any, text: str, key: Any = None) -> Any:
+    """The kernel that the lines before ``text``'s last (its ``post *``) make of ``mod``, before post-processing: read
+    off the live schedule of those lines where this process holds it (``key``), or the kernel the `post *` derivation
+    left before post-processing (``PostprocContext.pre_module``), else the lines are applied to a fresh schedule."""
     from little_dragon.codec import apply
 
     lines = text[:text.rstrip("\n").rfind("\n") + 1]
     live = _LIVE.get((key, lines)) if key is not None else None
     if live is not None:
-        return bool(tvm_ffi.structural_equal(live.sch.mod, mod))
+        return live.sch.mod
     from little_dragon.codec import SyntaxOnlyContext, decode
 
     pre = post_context.pre_module(decode(lines, SyntaxOnlyContext()))
     if pre is not None:  # the `post *` derivation the check just ran applied these lines
-        return bool(tvm_ffi.structural_equal(pre, mod))
+        return pre
     sch = fresh_schedule(mod)
     apply(lines, sch, post_context)
-    return bool(tvm_ffi.structural_equal(sch.mod, mod))
+    return sch.mod
+
+
+def _schedules_nothing(mod: Any, lines_module: Any) -> bool:
+    """Whether the lines before the script's `post *` leave ``mod`` unchanged (``lines_module``: ``_lines_module``):
+    the evaluator's ``no_op`` (``evaluator.replay``), a failure the judge never rewards, so the constraint resamples
+    it."""
+    import tvm_ffi
+
+    return bool(tvm_ffi.structural_equal(lines_module, mod))
 
 
 def _transforms(text: str) -> bool:
