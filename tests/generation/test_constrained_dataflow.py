@@ -143,11 +143,11 @@ def test_the_refused_line_is_drawn_again(engine, smollm2):
 def test_real_records_read_nothing_before_it_is_written():
     """Every committed MetaSchedule record (llvm and CUDA tensor cores), after each of its lines that places a block:
     no block reads a buffer before its writer runs, and no reduction sits under a loop it does not use where the
-    post-processing would hoist its init (both rules refuse none of them; the real-records acceptance test feeds them
-    through the constraint too)."""
+    post-processing would hoist its init; after each line that adds a block, no block name is given twice (the rules
+    refuse none of them; the real-records acceptance test feeds them through the constraint too)."""
     from little_dragon.codec import encode
     from little_dragon.generation.constrain_state import read_before_written, reduction_restarted_by_loop
-    from little_dragon.generation.schedule_worker import MOVES_BLOCKS
+    from little_dragon.generation.schedule_worker import MAKES_BLOCKS, MOVES_BLOCKS, repeated_name
     from little_dragon.tvmx.build import import_tensor_intrinsics
 
     import_tensor_intrinsics()
@@ -159,8 +159,10 @@ def test_real_records_read_nothing_before_it_is_written():
             lines = encode(trace_json).splitlines()
             lines = lines[:lines.index("post")] if "post" in lines else [ln for ln in lines if ln != "post *"]
             for k, line in enumerate(lines):
-                if line.split(" ", 1)[0] in MOVES_BLOCKS:
+                keyword = line.split(" ", 1)[0]
+                if keyword in MOVES_BLOCKS or keyword in MAKES_BLOCKS:
                     sch = _schedule(mod, "\n".join(lines[:k + 1]) + "\n")
                     assert read_before_written(sch) == [] and reduction_restarted_by_loop(sch.mod) == [], (name, line)
+                    assert repeated_name(mod, sch.mod) == "", (name, line)
                     moves += 1
     assert moves >= 10, moves

@@ -99,6 +99,12 @@ class ScheduleState:
     # scope or above it ("Expected the block ... and loop ... to be under the same block scope, and loop not to be the
     # ancestor of block")
     compute_at: dict[int, tuple[int, ...]] | None = None
+    # live block -> the loops of ``compute_at`` that ReverseComputeAt may take: every producer of the block is under the
+    # loop (TVM's FindInsertionPoint, "requires all the producer(s) of the given block to be present under the target
+    # loop"); ``compute_at`` keeps, for ComputeAt, the loops with every consumer under them.  Session 23's CPU sealed
+    # runs: half of the line retries (18 of 36 in the validation A/B) and 2 of the 7 apply errors were `rat` to a loop
+    # without the block's producers.  None: not known (``compute_at``'s rule)
+    reverse_compute_at: dict[int, tuple[int, ...]] | None = None
     # the prefix ends in a run of ``LOOKUP_RUN_FACTOR`` x (block names) `blk` lines: another `blk` may not follow.  A
     # real trace's runs look each block up at most once (7,135 runs of the H200 and CPU harvests: none repeats a name,
     # none is longer than the blocks); the H200 sealed run of session 20 had 5 attempts that wrote `blk` lines until
@@ -175,6 +181,8 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
     st = ScheduleState(blocks, loops, nv, [], {}, {}, {}, {}, {}, {}, annotations=annotations)
     params = _param_buffers(sch)
     not_inlinable, roots = set(), set()
+    producers: dict[int, list[int]] = {}  # live block -> its producers' (consumers') block handles
+    consumers: dict[int, list[int]] = {}
     for k, (rv, blk) in block_rvs.items():
         st.n_loops_above[k] = _safe(lambda: _n_loops_above(sch, rv), -1)
         st.n_children[k] = _safe(lambda: len(_query(sch, _ffi_api.ScheduleGetChildBlocks, rv)), -1)
@@ -188,13 +196,28 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
             # error costs ~1-10 ms to format); the answer is the same "unknown"
             st.n_producers[k] = st.n_consumers[k] = -1
             continue
-        st.n_producers[k] = _safe(lambda: len(_query(sch, _ffi_api.ScheduleGetProducers, rv)), -1)
-        st.n_consumers[k] = _safe(lambda: len(_query(sch, _ffi_api.ScheduleGetConsumers, rv)), -1)
+        prods = _safe(lambda: _query_blocks(sch, _ffi_api.ScheduleGetProducers, rv), None)
+        cons = _safe(lambda: _query_blocks(sch, _ffi_api.ScheduleGetConsumers, rv), None)
+        st.n_producers[k] = len(prods) if prods is not None else -1
+        st.n_consumers[k] = len(cons) if cons is not None else -1
+        if prods is not None and cons is not None:
+            producers[k], consumers[k] = prods, cons
     st.block_names = _block_names(sch)
     st.not_inlinable = frozenset(not_inlinable)
     st.root_blocks = frozenset(roots)
     st.compute_at = _safe(lambda: _compute_at_loops(sch, {k: rv for k, (rv, _) in block_rvs.items() if k not in roots},
                                                     loop_rvs), None)
+    if st.compute_at is not None:
+        under = _safe(lambda: _blocks_under_loops(sch), None)
+        if under is None:
+            st.reverse_compute_at = st.compute_at
+        else:
+            def all_under(k: int, m: int, need: dict[int, list[int]]) -> bool:
+                return k not in need or all(b in under.get(loop_vars[m], ()) for b in need[k])
+
+            scoped = st.compute_at
+            st.compute_at = {k: tuple(m for m in ms if all_under(k, m, consumers)) for k, ms in scoped.items()}
+            st.reverse_compute_at = {k: tuple(m for m in ms if all_under(k, m, producers)) for k, ms in scoped.items()}
     if loop_vars:
         kinds, child, pinned, nested, bound, rfactor = _loop_facts(sch)
         st.loop_iters = {k: kinds.get(h, "S") for k, h in loop_vars.items()}
@@ -447,6 +470,53 @@ def _query(sch: Any, fn: Any, *args: Any) -> list:
     for rv in out:
         _ffi_api.ScheduleRemoveRV(sch, rv)
     return out
+
+
+def _query_blocks(sch: Any, fn: Any, rv: Any) -> list[int]:
+    """``_query`` of a query answering blocks (producers, consumers): the handles of the blocks it names."""
+    from tvm.s_tir.schedule import _ffi_api
+
+    out = list(fn(sch, rv))
+    try:
+        return [hash(_ffi_api.ScheduleGet(sch, b)) for b in out]
+    finally:
+        sch.trace.pop()
+        for b in out:
+            _ffi_api.ScheduleRemoveRV(sch, b)
+
+
+def _blocks_under_loops(sch: Any) -> dict[int, set[int]]:
+    """Loop variable handle -> the handles of the blocks realized in its body, not counting blocks inside those blocks
+    (TVM's ``FindInsertionPoint`` looks for a compute-at's producers and consumers so: a block's body is another
+    scope)."""
+    from tvm.s_tir import SBlockRealize
+    from tvm.tirx import For, SeqStmt, Stmt
+
+    under: dict[int, set[int]] = {}
+
+    def visit(stmt: Any, loops: tuple[int, ...]) -> None:
+        if isinstance(stmt, For):
+            h = hash(stmt.loop_var)
+            under.setdefault(h, set())
+            visit(stmt.body, (*loops, h))
+        elif isinstance(stmt, SBlockRealize):
+            for h in loops:
+                under[h].add(hash(stmt.block))
+            visit(stmt.block.body, ())
+        elif isinstance(stmt, SeqStmt):
+            for x in stmt.seq:
+                visit(x, loops)
+        else:
+            for name in ("body", "then_case", "else_case"):
+                x = getattr(stmt, name, None)
+                if isinstance(x, Stmt):
+                    visit(x, loops)
+
+    for f in sch.mod.functions.values():
+        body = getattr(f, "body", None)
+        if isinstance(body, Stmt):
+            visit(body, ())
+    return under
 
 
 def _param_buffers(sch: Any) -> set[int]:
@@ -804,3 +874,32 @@ def reduction_restarted_by_loop(mod: Any) -> list[str]:
             if found:
                 return found
     return []
+
+
+def block_name_counts(mod: Any) -> dict[str, int]:
+    """How many blocks of ``mod``'s functions carry each name (inits and nested blocks included)."""
+    from tvm.s_tir import SBlockRealize
+    from tvm.tirx import SeqStmt, Stmt
+
+    counts: dict[str, int] = {}
+
+    def visit(stmt: Any) -> None:
+        if isinstance(stmt, SBlockRealize):
+            counts[stmt.block.name_hint] = counts.get(stmt.block.name_hint, 0) + 1
+            for part in (stmt.block.init, stmt.block.body):
+                if part is not None:
+                    visit(part)
+        elif isinstance(stmt, SeqStmt):
+            for x in stmt.seq:
+                visit(x)
+        else:
+            for name in ("body", "then_case", "else_case"):
+                x = getattr(stmt, name, None)
+                if isinstance(x, Stmt):
+                    visit(x)
+
+    for f in mod.functions.values():
+        body = getattr(f, "body", None)
+        if isinstance(body, Stmt):
+            visit(body)
+    return counts

@@ -19,7 +19,8 @@ stays the codec's.  Changes, all of them narrowing:
 - ``rfactor l a``: a serial loop alone above a reduction block and used by none of its data-parallel iters (TVM's
   RFactor checks), a in TVM's factor-axis range (``_rfactor_rules``);
 - ``post`` (the script's end) only once the prefix has changed the kernel (``ScheduleState.unchanged``);
-- [compute-at] ``at b l`` / ``rat b l``: l in b's scope and not above b (``ScheduleState.compute_at``);
+- [compute-at] ``at b l`` / ``rat b l``: l in b's scope and not above b, with b's consumers (`at`) or producers
+  (`rat`) under it (``ScheduleState.compute_at``, ``reverse_compute_at``);
 - [lookups] no ``blk`` after a run of twice as many ``blk`` lines as the schedule has block names
   (``ScheduleState.lookups_capped``: a real trace looks each block up at most once in a run);
 - [target] storage scopes (``cread``/``cwrite``/``scope``) one the target has, and ``bind`` axes the target's: on a
@@ -255,19 +256,21 @@ CPU_SCOPES = ("global", "local")
 
 
 def _compute_at_rules(state: ScheduleState) -> list[str]:
-    """[compute-at] `at b l` / `rat b l`: l one of the loops TVM's scope check takes for b (``ScheduleState.compute_at``:
-    in b's scope, not above it); the codec's rule (any loop, no root) where those are not known."""
+    """[compute-at] `at b l` / `rat b l`: l one of the loops TVM's checks take for b (in b's scope, not above it, and
+    with every consumer of b under it for `at` (``ScheduleState.compute_at``), every producer for `rat`
+    (``reverse_compute_at``)); the codec's rule (any loop, no root) where those are not known."""
     if state.compute_at is None:
         return [_fixed_form(_base_rule("k_at")), _fixed_form(_base_rule("k_rat"))]
-    rules, alts = [], []
-    for k, loops in sorted(state.compute_at.items()):
-        if k in state.blocks and loops:
-            alts.append(f"cat_b{k}")
-            rules.append(f'cat_b{k}: "b{k}" (' + " | ".join(f'" l{m}"' for m in loops) + ")")
-    if not alts:
-        return rules + _unreachable("k_at") + _unreachable("k_rat")
-    for name in ("k_at", "k_rat"):
-        rules.append(_narrowed(name, "BREF LREF", "(" + " | ".join(alts) + ")"))
+    rules = []
+    for name, tag, table in (("k_at", "cat", state.compute_at),
+                             ("k_rat", "crat", state.reverse_compute_at if state.reverse_compute_at is not None
+                              else state.compute_at)):
+        alts = []
+        for k, loops in sorted(table.items()):
+            if k in state.blocks and loops:
+                alts.append(f"{tag}_b{k}")
+                rules.append(f'{tag}_b{k}: "b{k}" (' + " | ".join(f'" l{m}"' for m in loops) + ")")
+        rules += [_narrowed(name, "BREF LREF", "(" + " | ".join(alts) + ")")] if alts else _unreachable(name)
     return rules
 
 
@@ -614,7 +617,8 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted((k, tuple(sorted(v))) for k, v in state.loop_nested_axes.items())),
             tuple(sorted(state.root_blocks)), tuple(sorted((k, tuple(sorted(v))) for k, v in state.annotations.items())),
             tuple(sorted(state.loop_rfactor.items())), state.unchanged, state.cpu, state.lookups_capped,
-            tuple(sorted(state.compute_at.items())) if state.compute_at is not None else None)
+            tuple(sorted(state.compute_at.items())) if state.compute_at is not None else None,
+            tuple(sorted(state.reverse_compute_at.items())) if state.reverse_compute_at is not None else None)
 
 
 def line_grammar(state: ScheduleState | None, first: bool = False, finished: bool = False,

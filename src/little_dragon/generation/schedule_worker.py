@@ -33,7 +33,8 @@ import sys
 import threading
 from typing import Any
 
-from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleState, blocks_in_run_order, extend,
+from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleState, block_name_counts,
+                                                     blocks_in_run_order, extend,
                                                      fragment_elements, live_state, LOOKUP_RUN_FACTOR, host_blocks,
                                                      nested_thread_bindings, read_before_written,
                                                      reduction_restarted_by_loop, replay)
@@ -118,6 +119,11 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
         restart = reduction_restarted_by_loop(live.sch.mod)
         if restart:
             raise RuntimeError(restarted_message(restart))
+    if _last_keyword(text) in MAKES_BLOCKS:
+        twice = repeated_name(mod, live.sch.mod, key)
+        if twice:  # TVM names a new block without looking: `blk` lookups and RewriteReductionBlock then fail on it
+            raise RuntimeError(f"the line would name a second block {twice} (TVM does not make block names unique; "
+                               "a lookup of the name and the post-processing's RewriteReductionBlock fail on it)")
     if key is not None:
         _LIVE.put((key, text), live)
     state = live_state(live)
@@ -133,6 +139,23 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
 # `reindex` wrong results, outputs never written; `cread`/`cwrite`, whose placement TVM computes, alike to be sure);
 # ``read_before_written`` and ``reduction_restarted_by_loop`` after each
 MOVES_BLOCKS = ("at", "rat", "reindex", "cread", "cwrite")
+
+
+# the lines that add a block, named by TVM after the block or buffer it comes from (`rfactor` of a loop already
+# factored makes a second `A_sum_rf`: session 23's CPU sealed verify error, "Found 4 blocks with the name: A_sum_rf")
+MAKES_BLOCKS = ("reindex", "cread", "cwrite", "rfactor", "blockize", "decomp")
+_WORKLOAD_NAMES = LRU(256)  # workload key -> its own block name counts
+
+
+def repeated_name(mod: Any, scheduled: Any, key: Any = None) -> str:
+    """A block name that ``scheduled`` (``mod`` after some lines) gives more blocks than ``mod`` gives (at least one);
+    "" when none.  No real record makes one (the llvm and H200 harvests, after each line that adds a block)."""
+    base = _WORKLOAD_NAMES.get(key) if key is not None else None
+    if base is None:
+        base = block_name_counts(mod)
+        if key is not None:
+            _WORKLOAD_NAMES.put(key, base)
+    return next((n for n, c in block_name_counts(scheduled).items() if c > max(1, base.get(n, 0))), "")
 
 
 def restarted_message(restart: list[str]) -> str:
