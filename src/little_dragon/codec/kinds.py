@@ -231,6 +231,50 @@ INTRIN_ABBREV: dict[str, str] = {
 }
 INTRIN_FULL: dict[str, str] = {v: k for k, v in INTRIN_ABBREV.items()}
 
+# The tensor intrinsics TVM 0.27 registers (``tvm.s_tir.tensor_intrin``: every module's ``*_INTRIN`` name): the only
+# names Tensorize takes ("TensorIntrin '...' is not registered" otherwise).  tests/codec checks the list against the
+# registry of the installed TVM.
+TENSOR_INTRINSICS: tuple[str, ...] = (
+    "ROCM_mfma_fill_16x16_f32", "ROCM_mfma_fill_16x16_i32", "dot_16x4_avx512", "dot_16x4_vnni",
+    "dot_32x4_u8i8i32_vrmpy", "dot_32x4_u8i8i32_vtcm_vrmpy", "dot_32x4_u8u8i32_vrmpy",
+    "dot_32x4_u8u8i32_vtcm_vrmpy", "dot_4x4_i8i8s32_neon", "dot_4x4_i8i8s32_sdot", "dot_4x4_u8u8i32_hdot",
+    "dot_4x4_u8u8u32_udot", "dot_product_32x2_i16i16i32_vdmpy", "dp4a_s8s8s32", "dp4a_s8u8s32", "dp4a_u8s8s32",
+    "dp4a_u8u8u32", "mma_e4m3e4m3f32", "mma_e4m3e4m3f32_trans_b", "mma_e5m2e5m2f32", "mma_e5m2e5m2f32_trans_b",
+    "mma_f16f16f16", "mma_f16f16f16_trans_a", "mma_f16f16f16_trans_a_trans_b", "mma_f16f16f16_trans_b",
+    "mma_f16f16f32", "mma_f16f16f32_trans_a", "mma_f16f16f32_trans_a_trans_b", "mma_f16f16f32_trans_b",
+    "mma_fill_16x16_f16", "mma_fill_16x16_f32", "mma_fill_16x16_i32", "mma_i8i8i32", "mma_i8i8i32_trans_b",
+    "mma_ldmatrix_e4m3_a", "mma_ldmatrix_e4m3_b", "mma_ldmatrix_e4m3_b_trans", "mma_ldmatrix_e5m2_a",
+    "mma_ldmatrix_e5m2_b", "mma_ldmatrix_e5m2_b_trans", "mma_ldmatrix_f16_a", "mma_ldmatrix_f16_a_dyn",
+    "mma_ldmatrix_f16_a_trans", "mma_ldmatrix_f16_a_trans_dyn", "mma_ldmatrix_f16_b", "mma_ldmatrix_f16_b_dyn",
+    "mma_ldmatrix_f16_b_trans", "mma_ldmatrix_f16_b_trans_dyn", "mma_ldmatrix_i8_a", "mma_ldmatrix_i8_b",
+    "mma_ldmatrix_i8_b_trans", "mma_store_16x16_f16_global_", "mma_store_16x16_f32_global_",
+    "mma_store_16x16_f32_shared_dyn_", "mma_store_16x16_i32_global_", "rocm_mfma_f16f16f32", "rocm_mfma_f32f32f32",
+    "rocm_mfma_load_16x16_a_shared_f16", "rocm_mfma_load_16x16_a_shared_s8", "rocm_mfma_load_16x4_a_shared_f32",
+    "rocm_mfma_load_b_16x16_shared_f16", "rocm_mfma_load_b_16x16_shared_s8", "rocm_mfma_load_b_16x4_shared_f32",
+    "rocm_mfma_s8s8s32", "rocm_mfma_store_16x16_f32", "rocm_mfma_store_16x16_s32", "sdot4",
+    "simdgroup_fill_8x8x8_bf16", "simdgroup_fill_8x8x8_f32", "simdgroup_load_8x8x8_f16_shared",
+    "simdgroup_load_8x8x8_f16_shared_trans", "simdgroup_make_filled_8x8x8_f16",
+    "simdgroup_multiply_accumulate_8x8x8_f16", "simdgroup_store_8x8x8_f16_global",
+    "simdgroup_store_8x8x8_f16_shared", "wmma_fill_16x16x16_f16", "wmma_fill_16x16x16_f32",
+    "wmma_fill_16x16x16_s32", "wmma_fill_8x8x32_s32", "wmma_load_16x16x16_f16_a_shared",
+    "wmma_load_16x16x16_f16_a_shared_dyn", "wmma_load_16x16x16_f16_a_trans_shared",
+    "wmma_load_16x16x16_f16_a_trans_shared_dyn", "wmma_load_16x16x16_f16_b_shared",
+    "wmma_load_16x16x16_f16_b_shared_dyn", "wmma_load_16x16x16_f16_b_trans_shared",
+    "wmma_load_16x16x16_f16_b_trans_shared_dyn", "wmma_load_16x16x16_s8_a_shared",
+    "wmma_load_16x16x16_s8_a_shared_dyn", "wmma_load_16x16x16_s8_a_trans_shared",
+    "wmma_load_16x16x16_s8_a_trans_shared_dyn", "wmma_load_16x16x16_s8_b_shared",
+    "wmma_load_16x16x16_s8_b_shared_dyn", "wmma_load_16x16x16_s8_b_trans_shared",
+    "wmma_load_16x16x16_s8_b_trans_shared_dyn", "wmma_load_8x8x32_s4_a_shared", "wmma_load_8x8x32_s4_a_shared_dyn",
+    "wmma_load_8x8x32_s4_b_trans_shared", "wmma_load_8x8x32_s4_b_trans_shared_dyn",
+    "wmma_store_16x16x16_f16_global", "wmma_store_16x16x16_f16_shared", "wmma_store_16x16x16_f16_shared_dyn",
+    "wmma_store_16x16x16_f32_global", "wmma_store_16x16x16_f32_shared", "wmma_store_16x16x16_f32_shared_dyn",
+    "wmma_store_16x16x16_s32_global", "wmma_store_16x16x16_s32_shared", "wmma_store_16x16x16_s32_shared_dyn",
+    "wmma_store_8x8x32_s32_global", "wmma_store_8x8x32_s32_shared", "wmma_store_8x8x32_s32_shared_dyn",
+    "wmma_sync_16x16x16_f16f16f16", "wmma_sync_16x16x16_f16f16f16_trans", "wmma_sync_16x16x16_f16f16f32",
+    "wmma_sync_16x16x16_f16f16f32_trans", "wmma_sync_16x16x16_s8s8s32", "wmma_sync_16x16x16_s8s8s32_trans",
+    "wmma_sync_8x8x32_s4s4s32_trans",
+)
+
 
 def _schedule_method_kinds() -> set[str]:
     """Candidate kind names: every public ``tvm.s_tir.Schedule`` method, CamelCased (the registry's naming)."""

@@ -54,6 +54,7 @@ Entry points: ``logits_processor_factory(tokenizer)`` (the ``generation.sample``
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import json
@@ -166,6 +167,11 @@ class ConstraintStats:
 
 
 # ------------------------------------------------------------------------------------------ token engine
+MATCHER_CACHE_BYTES = 512 << 20  # compiled line grammars kept per engine (~550 for SmolLM2; the k attempts of a
+# prompt reuse theirs within a few decoding steps, so the hits are recent ones)
+MATCHER_BYTES_PER_TOKEN = 20
+
+
 class TokenEngine:
     """llguidance's view of one tokenizer, and compiled line grammars (a matcher per grammar text, copied
     for each use: compiling is the expensive part, copying is cheap)."""
@@ -182,7 +188,10 @@ class TokenEngine:
         self.lltok = llg_tokenizer(tokenizer, vocab_size)
         self.vocab_size = self.lltok.vocab_size
         self._llg = llguidance
-        self._cache: dict[str, Any] = {}
+        # compiled matchers, least recently used first; each holds ~19 bytes per vocabulary token (0.9 MB for SmolLM2's
+        # 49k: measured), so the cache is bounded by bytes, not entries (4,096 of them had pytest at 17 GB)
+        self._cache: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self.cache_entries = max(64, MATCHER_CACHE_BYTES // (MATCHER_BYTES_PER_TOKEN * max(1, self.vocab_size)))
         self._inflight: dict[str, Any] = {}  # grammar -> Future of its compile (started ahead: ``start``)
         self._lock = threading.Lock()
         self._bytes: dict[int, bytes] = {}
@@ -224,6 +233,9 @@ class TokenEngine:
         compiling), or collected from ``start``.  The caller deep-copies before use."""
         with self._lock:
             out = {g: self._cache.get(g) for g in grammars}
+            for g, m in out.items():
+                if m is not None:
+                    self._cache.move_to_end(g)
             waiting = {g: self._inflight[g] for g, m in out.items() if m is None and g in self._inflight}
         todo = [g for g, m in out.items() if m is None and g not in waiting]
         if not (todo or waiting):
@@ -241,10 +253,10 @@ class TokenEngine:
                 with self._lock:
                     self._inflight.pop(g, None)
         with self._lock:
-            if len(self._cache) > 4096:
-                self._cache.clear()
             for g, m in compiled.items():
                 self._cache[g] = out[g] = m
+            while len(self._cache) > self.cache_entries:
+                self._cache.popitem(last=False)
         if stats is not None:
             stats.compile_s += time.perf_counter() - t0  # time spent waiting for compiles
             stats.compiled += len(compiled)

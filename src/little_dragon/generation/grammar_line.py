@@ -44,7 +44,8 @@ import json
 import re
 from typing import Any
 
-from little_dragon.codec.kinds import CANDIDATES, INTRIN_FULL, KEY_ABBREV, KEY_FULL, MS_KEY_PREFIX, THREAD_FULL
+from little_dragon.codec.kinds import (CANDIDATES, INTRIN_ABBREV, INTRIN_FULL, KEY_ABBREV, KEY_FULL, MS_KEY_PREFIX,
+                                       TENSOR_INTRINSICS, THREAD_FULL)
 from little_dragon.generation.constrain_state import ScheduleState
 
 NEVER = r"/[^\s\S]/"  # a terminal that matches nothing (no such variable exists yet)
@@ -402,6 +403,12 @@ _DECODER_RULES = [
     r'STRING: /"([^"\\\x00-\x1f]|\\(["\\bfnrt]|u[0-9a-fA-F]{4}))*"/',
     # [tensor intrinsics] `$name` is one the codec knows ("unknown tensor intrinsic")
     "SYM: /\\$(" + "|".join(sorted((re.escape(k[1:]) for k in INTRIN_FULL), key=lambda w: (-len(w), w))) + ")/",
+    # [tensorize] Tensorize takes a registered intrinsic ("TensorIntrin 'l58' is not registered"): one the codec
+    # abbreviates, or another of TVM's written out (bare or quoted).  Session 24's CPU sealed runs had 5 of 136
+    # attempts end on `tensorize b0 shared.dyn`, `tensorize b3 l58` and the like.
+    'k_tensorize: "tensorize" ref_bl (SYM | INTRINNAME) o_pui?',
+    "INTRINNAME: /(" + "|".join(sorted((re.escape(f) for n in TENSOR_INTRINSICS if n not in INTRIN_ABBREV
+                                        for f in (n, json.dumps(n))), key=lambda w: (-len(w), w))) + ")/",
 ]
 
 
@@ -423,7 +430,10 @@ def _option_rules() -> list[str]:
     # [compute-at index] `i=` of `at`/`rat` is ComputeAt's integer index: TVM ended the constraint's worker (SIGSEGV) on
     # `at b l i=[_true_true_1 2 3]` (session 18's CPU overhead runs, where line retries wrote more lines); no real
     # record writes `i=` (the default, -1)
-    typed = {"m": "INT", "n": "INT", "pui": "flag", "dp": "flag", "i": "INT"}
+    # [function name] `fn=` of `blk` names the function GetSBlock looks in, a string: TVM ended the constraint's
+    # worker (SIGSEGV) on `blk T_rms_norm fn=[23_truenan93_trueinf_trueinffalse_truenan14 11]` (session 24's CPU
+    # sealed runs: 6-12 crashes a run, each an attempt lost); no real record writes `fn=` (the default, "main")
+    typed = {"m": "INT", "n": "INT", "pui": "flag", "dp": "flag", "i": "INT", "fn": "STRING"}
     rules = [f'o_{n}: " {n}=" ' + typed.get(n, "lvalue" if s == {"at"} else "value") for n, s in sorted(src.items())]
     return rules + ["flag: FLAGBIT | TRUE | FALSE", "FLAGBIT: /[01]/"]
 
@@ -433,7 +443,8 @@ _REPLACED = ("start:", "k_blk:", "k_loops:", "k_kids:", "k_prods:", "k_cons:", "
              "k_tile:", "k_cat:", "k_anncat:", "factor:", "decision:", "BREF:", "LREF:", "VREF:",
              "k_reorder:", "k_ptile:", "k_loc:", "k_atloc:", "k_pad:", "k_outblks:", "list:", "SYM:", "STRING:", "o_",
              "k_par:", "k_vec:", "k_bind:", "k_split:", "k_fuse:", "k_inline:", "k_reindex:", "k_layout:",
-             "k_scope:", "k_setdtype:", "k_align:", "k_unann:", "k_rfactor:", "k_post:", "k_ann:", "k_at:", "k_rat:")
+             "k_scope:", "k_setdtype:", "k_align:", "k_unann:", "k_rfactor:", "k_post:", "k_ann:", "k_at:", "k_rat:",
+             "k_tensorize:")
 
 
 @functools.lru_cache(maxsize=1)
