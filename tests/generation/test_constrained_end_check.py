@@ -267,12 +267,12 @@ def test_the_no_op_test_reads_the_kernel_the_post_derivation_left():
     """In the end-check worker (no live schedules) the no-op test compares the kernel that the `post *` derivation left
     before post-processing (``PostprocContext.pre_module``) with the workload's, instead of applying the lines again.
     That kernel must be the lines' alone: on llvm the post-processors rewrite the matmul's reduction block, so a kernel
-    the post-processing had changed in place would hide the no-op.  A CPU target's end check lowers only a script that
-    transforms nothing (``lowering_checked``); an accelerator's lowers every script."""
+    the post-processing had changed in place would hide the no-op.  The kernel rules of accelerators
+    (``on_accelerator``) do not apply to a CPU target."""
     from dragon_testkit import matmul_tensors
 
     from little_dragon.codec import PostprocContext, SyntaxOnlyContext, decode
-    from little_dragon.generation.schedule_worker import finish_check, lowering_checked
+    from little_dragon.generation.schedule_worker import finish_check, on_accelerator
     from little_dragon.tvmx.postprocs import as_target
 
     mod, llvm = prim_module(matmul_tensors(64)), '{"kind": "llvm", "num-cores": 2}'
@@ -281,4 +281,27 @@ def test_the_no_op_test_reads_the_kernel_the_post_derivation_left():
     assert finish_check(mod, context, nothing).startswith("no_op: the script schedules nothing: the kernel is unchanged")
     assert context.pre_module(decode("blk C\nloops b0 3\n", SyntaxOnlyContext())) is not None  # read off the derivation
     assert finish_check(mod, context, par) == ""
-    assert not lowering_checked(as_target(llvm)) and lowering_checked(as_target(_cuda_target()))
+    assert not on_accelerator(as_target(llvm)) and on_accelerator(as_target(_cuda_target()))
+
+
+def test_a_cpu_kernel_that_does_not_lower_is_refused():
+    """On llvm too the end check lowers the finished kernel: a software-pipeline annotation without its other half
+    passes the post-processors and fails the build's lowering (session 24's CPU sealed build errors), so the check
+    refuses it with the lowering's reason; TVM's own build of the same kernel fails alike."""
+    import pytest
+    import tvm
+    from dragon_testkit import matmul_tensors
+
+    from little_dragon.codec import PostprocContext, apply
+    from little_dragon.generation.schedule_worker import finish_check
+    from little_dragon.tvmx.build import fast_build
+    from little_dragon.tvmx.schedule import fresh_schedule
+
+    mod, llvm = prim_module(matmul_tensors(64)), '{"kind": "llvm", "num-cores": 2}'
+    context = PostprocContext(mod, llvm)
+    half = "blk C\nloops b0 3\nann l2 order [0 1 2]\npost *\n"
+    assert finish_check(mod, context, half) == "lowering: ValueError: Stage of the software pipeline is not defined."
+    sch = apply(half, fresh_schedule(mod), context)
+    with pytest.raises(Exception, match="Stage of the software pipeline is not defined"):
+        fast_build(sch.mod, tvm.target.Target({"kind": "llvm", "num-cores": 2}))
+    assert finish_check(mod, context, "blk C\nloops b0 3\npar l0\npost *\n") == ""
