@@ -63,3 +63,37 @@ def test_the_end_check_refuses_the_kernel_the_sealed_attempt_made():
     assert check_module_script(text, mod, context).valid
     why = finish_check(mod, context, text)
     assert why.startswith("nested thread binding") and "threadIdx.x" in why, why
+
+
+def test_a_virtual_thread_nested_in_itself_is_masked(engine, smollm2):
+    """A loop bound to `vthread.x` inside a loop bound to `vthread.x` at the same extent: TVM binds it and unifies the
+    two into one index, so the inner loop's iterations are lost and the kernel computes only part of its output
+    (session 24's CPU sealed wrong result, `bind l19 vthread.x` in an rms_norm).  Masked on llvm; another virtual axis
+    for the inner loop computes right and stays allowed; the end check refuses the kernel."""
+    import numpy as np
+    import tvm
+    from tvm import te
+
+    from little_dragon import codec
+    from little_dragon.generation.constrain_state import nested_thread_bindings, replay
+    from little_dragon.generation.constrained import Workload
+
+    a = te.placeholder((64, 64), name="A")
+    mod = prim_module([a, te.compute((64, 64), lambda i, j: a[i, j] * 2.0, name="B")])
+    wl = Workload(mod, json.dumps({"kind": "llvm", "num-cores": 2}))
+    head = "blk B\nloops b0 2\nbind l0 vx\n"
+
+    def computes_right(text: str) -> bool:
+        sch = replay(mod, codec.decode(text, codec.SyntaxOnlyContext())).sch
+        x = np.random.default_rng(0).random((64, 64), dtype=np.float32)
+        out = tvm.runtime.tensor(np.full((64, 64), np.nan, np.float32))
+        tvm.compile(sch.mod, target="llvm")(tvm.runtime.tensor(x), out)
+        return bool(np.allclose(out.numpy(), 2 * x)), nested_thread_bindings(sch)
+
+    assert tvm_accepts(mod, head + "bind l1 vx\n")
+    right, clash = computes_right(head + "bind l1 vx\n")
+    assert not right and clash and "a virtual thread" in clash[0], clash
+    assert "vthread.x" in prefix_state(mod, head).loop_nested_axes[1]
+    assert feed_constraint(engine, wl, smollm2, head + "bind l1 vx\n")[0] is not None
+    assert computes_right(head + "bind l1 vy\n") == (True, [])
+    assert feed_constraint(engine, wl, smollm2, head + "bind l1 vy\n")[0] is None
