@@ -906,3 +906,57 @@ def block_name_counts(mod: Any) -> dict[str, int]:
         if isinstance(body, Stmt):
             visit(body)
     return counts
+
+
+def in_place_fold_candidate(mod: Any) -> list[str]:
+    """The first block that a loop it does not use (extent > 1) runs again and again and that reads an intermediate
+    buffer at exactly the region it writes another (``[block, buffer read, loop]``; empty when none): where TVM's
+    StorageRewrite may fold the two buffers in place and the repeated runs then read their own output
+    (``tvmx.build.storage_rewrite_changes_results`` decides).  22% of a llvm harvest's records recompute a block so;
+    this narrower pattern picks the few worth building twice."""
+    from tvm.s_tir import SBlockRealize
+    from tvm.tirx import For, SeqStmt, Stmt, analysis
+    from tvm_ffi import structural_equal
+
+    params = {hash(p) for f in mod.functions.values() for p in getattr(f, "params", ())}
+
+    def candidate(realize: Any, loops: list[Any]) -> list[str]:
+        used = {hash(v) for b in realize.iter_values for v in analysis.undefined_vars(b, [])}
+        foreign = next((loop for loop in loops if getattr(loop.extent, "value", None) != 1
+                        and hash(loop.loop_var) not in used), None)
+        if foreign is None:
+            return []
+        block = realize.block
+        for w in block.writes:
+            for r in block.reads:
+                if (hash(r.source) not in params and not r.source.same_as(w.source)
+                        and structural_equal(list(r.region), list(w.region))):
+                    return [block.name_hint, str(r.source.name), str(foreign.loop_var.name)]
+        return []
+
+    def walk(stmt: Any, loops: list[Any]) -> list[str]:
+        if isinstance(stmt, For):
+            return walk(stmt.body, [*loops, stmt])
+        if isinstance(stmt, SBlockRealize):
+            return candidate(stmt, loops) or walk(stmt.block.body, [])
+        if isinstance(stmt, SeqStmt):
+            for x in stmt.seq:
+                found = walk(x, loops)
+                if found:
+                    return found
+            return []
+        for name in ("body", "then_case", "else_case"):
+            x = getattr(stmt, name, None)
+            if isinstance(x, Stmt):
+                found = walk(x, loops)
+                if found:
+                    return found
+        return []
+
+    for f in mod.functions.values():
+        body = getattr(f, "body", None)
+        if isinstance(body, Stmt):
+            found = walk(body, [])
+            if found:
+                return found
+    return []

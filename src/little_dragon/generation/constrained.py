@@ -1771,6 +1771,10 @@ def _with_resamples(tokenizer: Any, scripts: list[list[str]], ok: list[list[bool
              st.line_retries, st.retried_tokens, st.rejected_apply + st.rejected_decode, st.rejected_end,
              st.end_checked, st.truncated, st.finished_earlier, st.finished_earlier_lines, st.finished_untiled,
              st.setup_s, st.first_mask_s, st.compiled, st.compile_s, st.state_s, st.mask_s, st.wait_s)
+    for name, counts in (("lines drawn again", st.retry_reasons), ("attempts ended", st.reasons)):
+        if counts:  # what to rule next: the refusals the constraint could not mask
+            log.info("constrained generation, %s by reason (top 8): %s", name, "; ".join(
+                f"{n}x {why[:160]}" for why, n in sorted(counts.items(), key=lambda kv: -kv[1])[:8]))
     return ConstrainedResult(final, first, first_ok, hook.stats, time.perf_counter() - t0, n_tok, first_seconds,
                              generated)
 
