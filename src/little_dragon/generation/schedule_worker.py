@@ -31,6 +31,7 @@ import functools
 import json
 import sys
 import threading
+import time
 from typing import Any
 
 from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleState, block_name_counts,
@@ -326,13 +327,17 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
             RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)
         except Exception as e:  # noqa: BLE001 - TVM's InternalError
             return f"layout rewrite: {_last_line(e)}"
+    t0 = time.perf_counter()
     try:
         lowered = lower_for_target(sch.mod, target)
     except Exception as e:  # noqa: BLE001 - TVM's lowering passes raise several error types
         return f"lowering: {_last_line(e)}"
+    lowering_s = time.perf_counter() - t0
     if not transforms and _lowers_as_empty(mod, post_context, lowered, target):
         return "no_op: the script schedules nothing: it lowers to the very code an empty script gives"
-    fold = in_place_fold_candidate(before_post) if not on_device else []
+    # a kernel that takes long to lower takes long to build (one unrolled 64 x 512-fold took 5 s to lower and 8.6 GB
+    # to build): built twice here it would hold the end check past its box; the judge's build decides those
+    fold = in_place_fold_candidate(before_post) if not on_device and lowering_s < FOLD_CHECK_MAX_LOWERING_S else []
     if fold:  # built twice and run here, on the CPU it targets (an accelerator's kernels do not run in this worker)
         try:
             differs = storage_rewrite_changes_results(sch.mod, target)
@@ -343,6 +348,9 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
                     f"loop {fold[2]}, which the block does not use, runs it again on its own output ({differs} "
                     "without the pass; apache/tvm#759)")
     return ""
+
+
+FOLD_CHECK_MAX_LOWERING_S = 0.5  # the in-place fold check builds a kernel twice only if it lowered within this
 
 
 def _last_line(e: BaseException) -> str:
