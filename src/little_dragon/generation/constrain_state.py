@@ -101,7 +101,7 @@ class ScheduleState:
     compute_at: dict[int, tuple[int, ...]] | None = None
     # live block -> the loops of ``compute_at`` that ReverseComputeAt may take: every producer of the block is under the
     # loop (TVM's FindInsertionPoint, "requires all the producer(s) of the given block to be present under the target
-    # loop"); ``compute_at`` keeps, for ComputeAt, the loops with every consumer under them.  Session 23's CPU sealed
+    # loop"); ``compute_at`` keeps, for ComputeAt, the loops with every consumer under them, none for an output block.  Session 23's CPU sealed
     # runs: half of the line retries (18 of 36 in the validation A/B) and 2 of the 7 apply errors were `rat` to a loop
     # without the block's producers.  None: not known (``compute_at``'s rule)
     reverse_compute_at: dict[int, tuple[int, ...]] | None = None
@@ -180,14 +180,16 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
     # queries below add instructions to the trace; they come after the enumeration above
     st = ScheduleState(blocks, loops, nv, [], {}, {}, {}, {}, {}, {}, annotations=annotations)
     params = _param_buffers(sch)
-    not_inlinable, roots = set(), set()
+    not_inlinable, roots, outputs = set(), set(), set()
     producers: dict[int, list[int]] = {}  # live block -> its producers' (consumers') block handles
     consumers: dict[int, list[int]] = {}
     for k, (rv, blk) in block_rvs.items():
         st.n_loops_above[k] = _safe(lambda: _n_loops_above(sch, rv), -1)
         st.n_children[k] = _safe(lambda: len(_query(sch, _ffi_api.ScheduleGetChildBlocks, rv)), -1)
         st.n_reads[k], st.n_writes[k] = len(blk.reads), len(blk.writes)
-        if blk.init is not None or any(hash(w.source) in params for w in blk.writes):
+        if any(hash(w.source) in params for w in blk.writes):
+            outputs.add(k)
+        if blk.init is not None or k in outputs:
             not_inlinable.add(k)
         if _safe(lambda: _ffi_api.ScheduleGetSRef(sch, rv).parent is None, False):
             not_inlinable.add(k)
@@ -215,8 +217,9 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
             def all_under(k: int, m: int, need: dict[int, list[int]]) -> bool:
                 return k not in need or all(b in under.get(loop_vars[m], ()) for b in need[k])
 
-            scoped = st.compute_at
-            st.compute_at = {k: tuple(m for m in ms if all_under(k, m, consumers)) for k, ms in scoped.items()}
+            scoped = st.compute_at  # ComputeAt also refuses an output block ("The block ... is an output block")
+            st.compute_at = {k: tuple(m for m in ms if all_under(k, m, consumers)) if k not in outputs else ()
+                             for k, ms in scoped.items()}
             st.reverse_compute_at = {k: tuple(m for m in ms if all_under(k, m, producers)) for k, ms in scoped.items()}
     if loop_vars:
         kinds, child, pinned, nested, bound, rfactor = _loop_facts(sch)

@@ -382,7 +382,12 @@ _DECODER_RULES = [
     'k_outblks: "outblks" ref_bl COUNT',
     'k_loc: "loc" BNROOT decision?',
     'k_atloc: "at" BNROOT decision',
-    "factor: NONE | SINT | VREF",
+    # [split factors] a literal factor is positive ("All the constant factors are required to be positive": 8 of the
+    # lines session 24's CPU sealed seed drew again wrote a 0)
+    "factor: NONE | PINT | VREF",
+    # [unit loop] AddUnitLoop of the root block fails ("Cannot add loops on top of the root block": 11 lines drawn again
+    # in that seed)
+    'k_unitloop: "unitloop" (BNROOT | LREF)',
     r"SINT: / -?[0-9]+/",
     # [attribute values] an attribute (`pad b VALUE`, every option but `c=`) holds a literal, never a variable
     # ("a variable cannot be an attribute value"); [identifiers run together] a number after a variable starts
@@ -433,9 +438,11 @@ def _option_rules() -> list[str]:
     # [function name] `fn=` of `blk` names the function GetSBlock looks in, a string: TVM ended the constraint's
     # worker (SIGSEGV) on `blk T_rms_norm fn=[23_truenan93_trueinf_trueinffalse_truenan14 11]` (session 24's CPU
     # sealed runs: 6-12 crashes a run, each an attempt lost); no real record writes `fn=` (the default, "main")
-    typed = {"m": "INT", "n": "INT", "pui": "flag", "dp": "flag", "i": "INT", "fn": "STRING"}
+    # [function name] and only the one MetaSchedule tunes: its TuneContext holds one function, `main` (GetSBlock:
+    # 'candidates are: ["main"]' for any other, 11 lines drawn again in session 24's first CPU sealed seed)
+    typed = {"m": "INT", "n": "INT", "pui": "flag", "dp": "flag", "i": "INT", "fn": "MAINFN"}
     rules = [f'o_{n}: " {n}=" ' + typed.get(n, "lvalue" if s == {"at"} else "value") for n, s in sorted(src.items())]
-    return rules + ["flag: FLAGBIT | TRUE | FALSE", "FLAGBIT: /[01]/"]
+    return rules + ["flag: FLAGBIT | TRUE | FALSE", "FLAGBIT: /[01]/", 'MAINFN: /"main"/']
 
 
 # rules replaced whole (their codec body is the generic one)
@@ -444,7 +451,7 @@ _REPLACED = ("start:", "k_blk:", "k_loops:", "k_kids:", "k_prods:", "k_cons:", "
              "k_reorder:", "k_ptile:", "k_loc:", "k_atloc:", "k_pad:", "k_outblks:", "list:", "SYM:", "STRING:", "o_",
              "k_par:", "k_vec:", "k_bind:", "k_split:", "k_fuse:", "k_inline:", "k_reindex:", "k_layout:",
              "k_scope:", "k_setdtype:", "k_align:", "k_unann:", "k_rfactor:", "k_post:", "k_ann:", "k_at:", "k_rat:",
-             "k_tensorize:")
+             "k_tensorize:", "k_unitloop:")
 
 
 @functools.lru_cache(maxsize=1)
