@@ -31,11 +31,10 @@ import functools
 import json
 import sys
 import threading
-import time
 from typing import Any
 
 from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleState, block_name_counts,
-                                                     blocks_in_run_order, extend, in_place_fold_candidate,
+                                                     blocks_in_run_order, extend,
                                                      fragment_elements, live_state, LOOKUP_RUN_FACTOR, host_blocks,
                                                      nested_thread_bindings, read_before_written,
                                                      reduction_restarted_by_loop, replay)
@@ -274,19 +273,12 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
       post-processors accept: ``benchmarks/cpu_lowering_yield.py``); session 24's CPU sealed runs, whose attempts now
       reach software-pipeline annotations and inlined cast stages, had 4 of 336 attempts fail the judge's build
       there ("Stage of the software pipeline is not defined", "Buffer T_cast_1 is used before its definition"), and
-      the lowering refuses all 4 in 3-7 ms each;
-    - on a CPU target, compute the same with and without TVM's StorageRewrite where a block that a loop it does not
-      use runs again reads at its written region another buffer (``in_place_fold_candidate``, then
-      ``tvmx.build.storage_rewrite_changes_results``: both built and run on one seeded input).  The pass folds such a
-      buffer in place assuming each element is written once (apache/tvm#759); 7 of session 24's 672 CPU sealed
-      attempts were wrong results made so, right without the pass, and MetaSchedule's builder makes the same kernel.
-      The pattern matched 100 of those attempts (~0.8 s each, under load) and 2 of the llvm harvest's 305 records;
-      the 7 differ, the 93 correct ones and the 2 records agree.
+      the lowering refuses all 4 in 3-7 ms each.
 
     ``key``: the workload's cache key in this process's live schedules (``prefix_facts``): the no-op test then reads
     the schedule the constraint already applied the lines to, instead of applying them again."""
     from little_dragon.codec.validity import check_module_script
-    from little_dragon.tvmx.build import lower_for_target, storage_rewrite_changes_results
+    from little_dragon.tvmx.build import lower_for_target
     from little_dragon.tvmx.postprocs import as_target
 
     try:
@@ -327,30 +319,13 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
             RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)
         except Exception as e:  # noqa: BLE001 - TVM's InternalError
             return f"layout rewrite: {_last_line(e)}"
-    t0 = time.perf_counter()
     try:
         lowered = lower_for_target(sch.mod, target)
     except Exception as e:  # noqa: BLE001 - TVM's lowering passes raise several error types
         return f"lowering: {_last_line(e)}"
-    lowering_s = time.perf_counter() - t0
     if not transforms and _lowers_as_empty(mod, post_context, lowered, target):
         return "no_op: the script schedules nothing: it lowers to the very code an empty script gives"
-    # a kernel that takes long to lower takes long to build (one unrolled 64 x 512-fold took 5 s to lower and 8.6 GB
-    # to build): built twice here it would hold the end check past its box; the judge's build decides those
-    fold = in_place_fold_candidate(before_post) if not on_device and lowering_s < FOLD_CHECK_MAX_LOWERING_S else []
-    if fold:  # built twice and run here, on the CPU it targets (an accelerator's kernels do not run in this worker)
-        try:
-            differs = storage_rewrite_changes_results(sch.mod, target)
-        except Exception as e:  # noqa: BLE001 - the build's own refusal
-            return f"build: {_last_line(e)}"
-        if differs:
-            return (f"in-place fold: TVM's StorageRewrite folds {fold[1]} into the buffer block {fold[0]} writes, and "
-                    f"loop {fold[2]}, which the block does not use, runs it again on its own output ({differs} "
-                    "without the pass; apache/tvm#759)")
     return ""
-
-
-FOLD_CHECK_MAX_LOWERING_S = 0.5  # the in-place fold check builds a kernel twice only if it lowered within this
 
 
 def _last_line(e: BaseException) -> str:

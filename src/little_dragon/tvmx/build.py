@@ -50,36 +50,6 @@ def lower_for_target(mod: Any, target: Any) -> tuple[Any, list]:
     return finalize_host()(host_mod), [finalize_device()(m) for m in device_mods.values()]
 
 
-def storage_rewrite_changes_results(mod: Any, target: Any, seed: int = 0) -> str:
-    """Whether TVM's StorageRewrite changes what ``mod`` (a scheduled, post-processed kernel for a CPU ``target``)
-    computes: built with and without it (``tirx.disable_storage_rewrite``) and run on the same seeded inputs, the
-    outputs must be equal.  StorageRewrite folds a buffer into another in place when one statement last reads the
-    first and first writes the second at the same index, assuming each element is written once (apache/tvm#759); a
-    block that a loop it does not use runs again and again breaks that, and the second run reads its own output.
-    MetaSchedule's builder compiles the same wrong kernel (session 23-24's CPU sealed `rms_norm` wrong results: right
-    without the pass).  Returns "" when the two agree, else which output differs."""
-    import numpy as np
-    import tvm
-    from tvm.s_tir import meta_schedule as ms
-
-    func = mod["main"]
-    infos = [a.as_json() for a in ms.arg_info.ArgInfo.from_prim_func(func)]
-    rng = np.random.default_rng(seed)
-    inputs = [rng.uniform(-1.0, 1.0, size=[int(x) for x in i[2]]).astype(str(i[1])) if str(i[1]).startswith("float")
-              else rng.integers(0, 8, size=[int(x) for x in i[2]]).astype(str(i[1])) for i in infos]
-    outs = []
-    for disabled in (False, True):
-        with tvm.transform.PassContext(config={"tirx.disable_storage_rewrite": disabled}):
-            kernel = fast_build(mod, target)
-        tensors = [tvm.runtime.tensor(a.copy()) for a in inputs]
-        kernel(*tensors)
-        outs.append([t.numpy() for t in tensors])
-    for i, (a, b) in enumerate(zip(*outs)):
-        if not np.array_equal(a, b, equal_nan=True):
-            return f"parameter {func.params[i].name} differs ({int((a != b).sum())} of {a.size} elements)"
-    return ""
-
-
 # A reused builder worker is recycled after this many builds: TVM restarts its builder pool at every call
 # "because of a known memory leak issue with the PopenPool workers after a couple times of usage"
 # (LocalBuilder.build); a recycled worker bounds that growth and costs one TVM import per 64 builds.
