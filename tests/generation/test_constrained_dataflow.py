@@ -166,3 +166,39 @@ def test_real_records_read_nothing_before_it_is_written():
                     assert repeated_name(mod, sch.mod) == "", (name, line)
                     moves += 1
     assert moves >= 10, moves
+
+
+def test_an_accumulation_nothing_initializes_is_refused(engine, smollm2):
+    """`reindex` of the update block inside a blockized row sum gives it a fresh scalar to accumulate into, while the
+    outer block's init still writes the old buffer: TVM applies it, and the sum starts from garbage (session 24's CPU
+    sealed `attention_score` wrong result, a blockized softmax sum).  The constraint refuses the line at its end; the
+    blockize alone computes right and passes."""
+    import tvm
+    from tvm import te
+
+    from little_dragon.generation.constrain_state import read_before_written
+    from little_dragon.generation.constrained import Workload, clear_caches
+
+    a = te.placeholder((64, 256), name="A")
+    k = te.reduce_axis((0, 256), name="k")
+    mod = prim_module([a, te.compute((64,), lambda i: te.sum(a[i, k], axis=k), name="E")])
+
+    def computes_right(sch) -> bool:
+        x = np.random.default_rng(0).random((64, 256), dtype=np.float32)
+        out = tvm.runtime.tensor(np.full((64,), np.nan, np.float32))
+        tvm.compile(sch.mod, target="llvm")(tvm.runtime.tensor(x), out)
+        return bool(np.allclose(out.numpy(), x.sum(1), rtol=1e-4))
+
+    clear_caches()
+    wl = Workload(mod, json.dumps({"kind": "llvm", "num-cores": 2}))
+    blockized = "blk E\nloops b0 2\nblockize l1\n"
+    uninitialized = blockized + "reindex b0 w0\n"
+    assert tvm_accepts(mod, uninitialized)
+    sch = _schedule(mod, uninitialized)
+    assert read_before_written(sch)[:2] == ["E", "E_reindex"] and not computes_right(sch)
+    where, c = feed_constraint(engine, wl, smollm2, uninitialized)
+    assert where is None and c.dead and "nothing initializes E_reindex" in c.error, (where, c.error)
+    sch = _schedule(mod, blockized)
+    assert read_before_written(sch) == [] and computes_right(sch)
+    where, c = feed_constraint(engine, wl, smollm2, blockized)
+    assert where is None and not c.dead, (where, c.error)

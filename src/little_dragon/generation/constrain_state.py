@@ -805,6 +805,20 @@ def read_before_written(sch: Any) -> list[str]:
                 if j > i and i not in blocks[j].outer:
                     return [p.block.name_hint, str(getattr(region.source, "name", region.source)),
                             blocks[j].block.name_hint]
+    # an accumulation nothing initializes: a block without an init of its own that reads what it writes, when no block
+    # before it (its enclosing ones included) writes that buffer.  Session 24: `reindex` of the update block inside a
+    # blockized softmax sum gave it a fresh scalar to accumulate into, while the outer block's init still wrote the
+    # old buffer: the sum started from garbage
+    params = _param_buffers(sch)
+    for i, p in enumerate(blocks):
+        if p.block.init is not None:
+            continue
+        own = {hash(w.source) for w in p.block.writes}
+        for region in p.block.reads:
+            h = hash(region.source)
+            if h in own and h not in params and not any(j < i for j in writers.get(h, ())):
+                name = str(getattr(region.source, "name", region.source))
+                return [p.block.name_hint, name, f"{p.block.name_hint} (nothing initializes {name})"]
     return []
 
 
