@@ -55,9 +55,10 @@ def test_the_root_block_is_masked_where_tvm_refuses_it(engine, smollm2, db):
                 assert not tvm_accepts(mod, head + line + "\n"), line
             assert feed_constraint(engine, wl, smollm2, head + f"loops b{r} {st.n_loops_above[r]}\n")[0] is None
             assert feed_constraint(engine, wl, smollm2, head + f"kids b{r} {st.n_children[r]}\n")[0] is None
-        # `at`/`rat` of the other block at a loop its scope rule takes (test_constrained_compute_at.py), where it has one
+        # `at`/`rat` of a block at a loop its rules take (test_constrained_compute_at.py: `at` needs the block's
+        # consumers under the loop, `rat` its producers), where it has one
         at = [f"at b{k} l{m[0]}" for k, m in sorted(st.compute_at.items()) if m][:1]
-        at += [a.replace("at", "rat", 1) for a in at]
+        at += [f"rat b{k} l{m[0]}" for k, m in sorted(st.reverse_compute_at.items()) if m][:1]
         for prefix in (f"rinline b{other}", *at, f"loc b{other} =",
                        f"decomp b{other} l{loop}", f"prods b{other}", f"cons b{other}"):
             assert feed_constraint(engine, wl, smollm2, head + prefix)[0] is None, (head, prefix)
