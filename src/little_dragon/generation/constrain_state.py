@@ -491,12 +491,29 @@ def _query_blocks(sch: Any, fn: Any, rv: Any) -> list[int]:
             _ffi_api.ScheduleRemoveRV(sch, b)
 
 
+def _inner_stmts(stmt: Any) -> list[Any]:
+    """The statements directly inside ``stmt`` (a sequence's items, a loop's, branch's or attribute's bodies); a block
+    realize's own parts are its walker's business."""
+    from tvm.tirx import SeqStmt, Stmt
+
+    if isinstance(stmt, SeqStmt):
+        return list(stmt.seq)
+    return [x for x in (getattr(stmt, name, None) for name in ("body", "then_case", "else_case")) if isinstance(x, Stmt)]
+
+
+def _function_bodies(mod: Any) -> list[Any]:
+    """The bodies of ``mod``'s functions that are statements (TIR functions)."""
+    from tvm.tirx import Stmt
+
+    return [f.body for f in mod.functions.values() if isinstance(getattr(f, "body", None), Stmt)]
+
+
 def _blocks_under_loops(sch: Any) -> dict[int, set[int]]:
     """Loop variable handle -> the handles of the blocks realized in its body, not counting blocks inside those blocks
     (TVM's ``FindInsertionPoint`` looks for a compute-at's producers and consumers so: a block's body is another
     scope)."""
     from tvm.s_tir import SBlockRealize
-    from tvm.tirx import For, SeqStmt, Stmt
+    from tvm.tirx import For
 
     under: dict[int, set[int]] = {}
 
@@ -509,19 +526,12 @@ def _blocks_under_loops(sch: Any) -> dict[int, set[int]]:
             for h in loops:
                 under[h].add(hash(stmt.block))
             visit(stmt.block.body, ())
-        elif isinstance(stmt, SeqStmt):
-            for x in stmt.seq:
-                visit(x, loops)
         else:
-            for name in ("body", "then_case", "else_case"):
-                x = getattr(stmt, name, None)
-                if isinstance(x, Stmt):
-                    visit(x, loops)
+            for x in _inner_stmts(stmt):
+                visit(x, loops)
 
-    for f in sch.mod.functions.values():
-        body = getattr(f, "body", None)
-        if isinstance(body, Stmt):
-            visit(body, ())
+    for body in _function_bodies(sch.mod):
+        visit(body, ())
     return under
 
 
@@ -833,7 +843,7 @@ def reduction_restarted_by_loop(mod: Any) -> list[str]:
     (session 23's CPU sealed `layer_norm` wrong result: `rat b10 l2`).  TVM's DecomposeReduction does not check
     that the loops it puts the init outside are the block's own."""
     from tvm.s_tir import SBlockRealize
-    from tvm.tirx import For, SeqStmt, Stmt, analysis
+    from tvm.tirx import For, analysis
 
     kinds: dict[int, str] = {}  # loop var hash -> "S" data parallel, "R" reduction, "X" both or other
 
@@ -847,14 +857,9 @@ def reduction_restarted_by_loop(mod: Any) -> list[str]:
                     for iv, binding in zip(stmt.block.iter_vars, stmt.iter_values):
                         if any(hash(v) == h for v in analysis.undefined_vars(binding, [])):
                             seen.add({0: "S", 2: "R"}.get(int(iv.iter_type), "X"))
-                elif isinstance(stmt, SeqStmt):
-                    for s in stmt.seq:
-                        visit(s)
                 else:
-                    for name in ("body", "then_case", "else_case"):
-                        s = getattr(stmt, name, None)
-                        if isinstance(s, Stmt):
-                            visit(s)
+                    for x in _inner_stmts(stmt):
+                        visit(x)
 
             visit(loop.body)
             kinds[h] = "X" if "X" in seen or seen == {"S", "R"} else ("R" if "R" in seen else "S")
@@ -873,33 +878,14 @@ def reduction_restarted_by_loop(mod: Any) -> list[str]:
                     if extent != 1 and hash(loop.loop_var) not in bound:
                         return [block.name_hint, str(loop.loop_var.name), str(loop.extent)]
             return walk(block.body, [])  # a block's loops are its scope's own
-        if isinstance(stmt, SeqStmt):
-            for s in stmt.seq:
-                found = walk(s, loops)
-                if found:
-                    return found
-            return []
-        for name in ("body", "then_case", "else_case"):
-            s = getattr(stmt, name, None)
-            if isinstance(s, Stmt):
-                found = walk(s, loops)
-                if found:
-                    return found
-        return []
+        return next((found for x in _inner_stmts(stmt) if (found := walk(x, loops))), [])
 
-    for f in mod.functions.values():
-        body = getattr(f, "body", None)
-        if isinstance(body, Stmt):
-            found = walk(body, [])
-            if found:
-                return found
-    return []
+    return next((found for body in _function_bodies(mod) if (found := walk(body, []))), [])
 
 
 def block_name_counts(mod: Any) -> dict[str, int]:
     """How many blocks of ``mod``'s functions carry each name (inits and nested blocks included)."""
     from tvm.s_tir import SBlockRealize
-    from tvm.tirx import SeqStmt, Stmt
 
     counts: dict[str, int] = {}
 
@@ -909,18 +895,11 @@ def block_name_counts(mod: Any) -> dict[str, int]:
             for part in (stmt.block.init, stmt.block.body):
                 if part is not None:
                     visit(part)
-        elif isinstance(stmt, SeqStmt):
-            for x in stmt.seq:
-                visit(x)
         else:
-            for name in ("body", "then_case", "else_case"):
-                x = getattr(stmt, name, None)
-                if isinstance(x, Stmt):
-                    visit(x)
+            for x in _inner_stmts(stmt):
+                visit(x)
 
-    for f in mod.functions.values():
-        body = getattr(f, "body", None)
-        if isinstance(body, Stmt):
-            visit(body)
+    for body in _function_bodies(mod):
+        visit(body)
     return counts
 
