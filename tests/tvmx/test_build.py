@@ -76,3 +76,34 @@ def test_a_timed_out_build_is_a_timeout_and_the_next_call_gets_a_new_worker(time
     res = builder.build(_inputs(64))
     assert res[0].artifact_path is None and "Timeout" in res[0].error_msg
     assert builder.worker_pids() == []  # TVM's pool killed it; the next send starts another
+
+
+def _passes_run(lower) -> list[str]:
+    import tvm
+    from tvm.ir.instrument import pass_instrument
+
+    names: list[str] = []
+
+    @pass_instrument
+    class Names:
+        def run_before_pass(self, mod, info):
+            names.append(info.name)
+
+    with tvm.transform.PassContext(instruments=[Names()], config={"tirx.disable_storage_rewrite": True}):
+        lower()
+    return names
+
+
+def test_lowering_leaves_out_the_passes_it_is_told_to_and_keeps_the_context():
+    """``lower_for_target(.., skip=)``: the end check's lowering without its rewrites for speed; the caller's context
+    (here: an instrument and StorageRewrite turned off) still holds."""
+    from little_dragon.generation.schedule_worker import END_CHECK_SKIPPED_PASSES
+    from little_dragon.tvmx.build import lower_for_target
+
+    mod = _inputs(64)[0].mod
+    full = _passes_run(lambda: lower_for_target(mod, "llvm"))
+    cut = _passes_run(lambda: lower_for_target(mod, "llvm", skip=END_CHECK_SKIPPED_PASSES))
+    assert set(END_CHECK_SKIPPED_PASSES) <= set(full)
+    assert not set(END_CHECK_SKIPPED_PASSES) & set(cut)
+    assert [n for n in full if n not in END_CHECK_SKIPPED_PASSES] == cut
+    assert "tirx.StorageRewrite" not in full and "tirx.MakePackedAPI" in cut

@@ -45,3 +45,19 @@ def test_a_fresh_schedule_leaves_the_module_as_it_was():
     assert len(sch.get_loops(sch.get_sblock("B"))) == 3   # the schedule itself did change
     again = fresh_schedule(mod, debug_mask=0)             # and the next one starts from the kernel as written
     assert len(again.get_loops(again.get_sblock("B"))) == 2
+
+
+def test_own_json_reads_as_tvm_load_json_reads_it():
+    """``load_own_json`` skips ``tvm.ir.load_json``'s upgrade of older versions' JSON: on JSON this TVM wrote the two
+    must give the same module (a TVM upgrade whose upgrade step changes its own JSON would fail here)."""
+    import tvm
+    import tvm_ffi
+
+    from little_dragon.tvmx.schedule import load_own_json, snapshot
+
+    mod = _two_blocks()
+    snap = snapshot(mod)
+    own = load_own_json(snap)
+    assert tvm_ffi.structural_equal(own, tvm.ir.load_json(snap))
+    assert tvm_ffi.structural_hash(own) == tvm_ffi.structural_hash(mod)
+    assert not own.same_as(mod)

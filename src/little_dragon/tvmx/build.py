@@ -23,13 +23,26 @@ def fast_build(mod: Any, target: Any, _params: Any = None) -> Any:
     return tvm.tirx.build(mod, target=target)
 
 
-def lower_for_target(mod: Any, target: Any) -> tuple[Any, list]:
+def lower_for_target(mod: Any, target: Any, skip: tuple[str, ...] = ()) -> tuple[Any, list]:
     """``fast_build``'s steps up to code generation (``tvm.tirx.build``: the target bound, its default TIR pipeline,
     the host/device split and both finalization passes), for their verdict: raises what those passes raise (TVM's
     own checks, such as ThreadSync's "Cannot insert syncs inside condition" or an access pointer whose element type
     does not match).  No compiler runs, so a CUDA kernel lowers on a machine without the CUDA toolkit; what only
     nvcc refuses is left to the build.  Returns the finalized host module and device modules (what code generation
-    would compile)."""
+    would compile).  ``skip``: names of passes left out (``PassContext``'s ``disabled_pass``, added to the current
+    context's, whose other settings are kept)."""
+    import tvm
+
+    if skip:
+        now = tvm.transform.PassContext.current()
+        with tvm.transform.PassContext(opt_level=now.opt_level, required_pass=list(now.required_pass),
+                                       disabled_pass=[*now.disabled_pass, *skip], instruments=list(now.instruments),
+                                       config=dict(now.config)):
+            return _lower(mod, target)
+    return _lower(mod, target)
+
+
+def _lower(mod: Any, target: Any) -> tuple[Any, list]:
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
     from tvm.tirx.build import split_host_device_mods

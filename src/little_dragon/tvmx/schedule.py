@@ -11,34 +11,42 @@ committed llvm and CUDA records changed the module they were applied to).
 
 So a module kept for reuse (the evaluator's per-worker workload cache, a prompt's workload in the constraint, the
 schedule a failed script is bisected from) is never scheduled itself: ``fresh_schedule`` schedules a deep copy
-(``private_copy``, ~3.6 ms for a sealed workload), and ``fingerprint`` (a structural hash, ~0.03 ms) tells a kept
-module or schedule that was changed in place anyway."""
+(``private_copy``, a JSON round trip: 0.6-3 ms for a sealed workload), and ``fingerprint`` (a structural hash,
+~0.03 ms) tells a kept module or schedule that was changed in place anyway."""
 from __future__ import annotations
 
 from typing import Any
 
 
 def snapshot(mod: Any) -> str:
-    """``mod`` as it is now, kept as JSON (~1 ms): ``schedule_from`` makes schedules of private copies of it later,
-    for ~2.5 ms each, and only when they are needed."""
+    """``mod`` as it is now, kept as JSON (~0.4-1.7 ms): ``schedule_from`` makes schedules of private copies of it
+    later, only when they are needed."""
     import tvm
 
     return tvm.ir.save_json(mod)
 
 
+def load_own_json(text: str) -> Any:
+    """The object in ``text``, JSON that ``tvm.ir.save_json`` of this installed TVM wrote (``snapshot``, a module sent
+    to a worker process): read without ``tvm.ir.load_json``'s upgrade of older TVM versions' JSON, which parses the
+    whole text in Python and writes it again indented, ~85% of its time (a sealed workload: 0.2-1.3 ms against
+    1.9-5.1 ms).  JSON from elsewhere (a database on disk) goes through ``tvm.ir.load_json``."""
+    import tvm  # noqa: F401 - registers the IR's node types the JSON names (a fresh worker has not imported it yet)
+    from tvm_ffi.serialization import from_json_graph_str
+
+    return from_json_graph_str(text)
+
+
 def schedule_from(snap: str, **kwargs: Any) -> Any:
     """``s_tir.Schedule`` of a private copy of the module ``snapshot`` kept (``Schedule``'s keyword arguments)."""
-    import tvm
     from tvm.s_tir import Schedule
 
-    return Schedule(tvm.ir.load_json(snap), **kwargs)
+    return Schedule(load_own_json(snap), **kwargs)
 
 
 def private_copy(mod: Any) -> Any:
     """A deep copy of an IRModule: no node shared with ``mod`` (a JSON round trip)."""
-    import tvm
-
-    return tvm.ir.load_json(snapshot(mod))
+    return load_own_json(snapshot(mod))
 
 
 def fresh_schedule(mod: Any, **kwargs: Any) -> Any:
