@@ -903,3 +903,125 @@ def block_name_counts(mod: Any) -> dict[str, int]:
         visit(body)
     return counts
 
+
+
+# ------------------------------------------------------------------------------------ StorageRewrite's in-place fold
+# TVM's StorageRewrite gives a statement's output the storage of an input it reads last, at the same index, assuming
+# each element is written once (apache/tvm#759).  A block that a loop it does not use runs again and again breaks
+# that: folded, its second run reads its own output (`rsqrt[i] = f(sum[i])` under a loop over columns becomes
+# `sum[i] = f(sum[i])`, applied 256 times).  The kernel is right without the pass, MetaSchedule's builder runs it, and
+# the judge calls the result wrong: the most common wrong result of session 24's CPU sealed runs.  The fold is read
+# off the lowered kernel the end check builds anyway (no kernel runs), for the kernels whose blocks could fold so.
+
+
+def in_place_fold_candidate(mod: Any) -> list[str]:
+    """The first block that a loop it does not use (extent > 1) runs again and again and that reads an intermediate
+    buffer at exactly the region it writes another (``[block, buffer read, loop]``; empty when none): where TVM's
+    StorageRewrite may fold the two buffers in place (``repeated_in_place_update`` reads whether it did)."""
+    from tvm.s_tir import SBlockRealize
+    from tvm.tirx import For, analysis
+    from tvm_ffi import structural_equal
+
+    params = {hash(p) for f in mod.functions.values() for p in getattr(f, "params", ())}
+
+    def candidate(realize: Any, loops: list[Any]) -> list[str]:
+        used = {hash(v) for b in realize.iter_values for v in analysis.undefined_vars(b, [])}
+        foreign = next((loop for loop in loops if getattr(loop.extent, "value", None) != 1
+                        and hash(loop.loop_var) not in used), None)
+        if foreign is None:
+            return []
+        block = realize.block
+        for w in block.writes:
+            for r in block.reads:
+                if (hash(r.source) not in params and not r.source.same_as(w.source)
+                        and structural_equal(list(r.region), list(w.region))):
+                    return [block.name_hint, str(r.source.name), str(foreign.loop_var.name)]
+        return []
+
+    def walk(stmt: Any, loops: list[Any]) -> list[str]:
+        if isinstance(stmt, For):
+            return walk(stmt.body, [*loops, stmt])
+        if isinstance(stmt, SBlockRealize):
+            return candidate(stmt, loops) or walk(stmt.block.body, [])
+        return next((found for x in _inner_stmts(stmt) if (found := walk(x, loops))), [])
+
+    return next((found for body in _function_bodies(mod) if (found := walk(body, []))), [])
+
+
+def _storage(buffer: Any) -> str:
+    """The storage a lowered buffer uses: the buffer whose data a declared alias points at (StorageRewrite's fold
+    declares the output as a buffer over the input's data), else its own.  By name: the pass re-creates the
+    allocation it keeps, so the alias and the loads can name two objects of one buffer."""
+    for _ in range(8):
+        args = getattr(getattr(buffer, "data", None), "args", None)
+        if not args or not hasattr(args[0], "data") or args[0].same_as(buffer):
+            break
+        buffer = args[0]
+    return str(buffer.name)
+
+
+def _loads(expr: Any, out: list[Any]) -> list[Any]:
+    """The buffer loads inside ``expr`` (appended to ``out``)."""
+    from tvm.ir import Expr, TensorLoad
+
+    if isinstance(expr, TensorLoad):
+        out.append(expr)
+        for x in expr.indices:
+            _loads(x, out)
+        return out
+    for name in ("a", "b", "value", "condition", "true_value", "false_value", "base", "stride", "body"):
+        x = getattr(expr, name, None)
+        if isinstance(x, Expr):
+            _loads(x, out)
+    for x in getattr(expr, "args", ()) or ():
+        if isinstance(x, Expr):
+            _loads(x, out)
+    return out
+
+
+def repeated_in_place_update(lowered: list[Any]) -> list[str]:
+    """The first store ``X[i] = f(.. X[i] ..)`` of the lowered modules ``lowered`` (``f`` more than a copy) under a
+    loop of extent > 1 that neither ``i``, the value nor a condition on the way uses, with no other store to ``X``
+    in that loop's body, nor of anything else the value reads (``[buffer, loop]``; empty when none): the loop applies
+    ``f`` to its own output again and again, on the same inputs.  A reduction's update reads what its reduction loop
+    changes (the loop's index, or a scalar stage computed in it), and a block recomputed under the loop rewrites its
+    input there first: neither is one."""
+    from tvm.tirx import BufferStore, For, IfThenElse, analysis
+    from tvm.ir import TensorLoad
+    from tvm_ffi import structural_equal
+
+    def stores(stmt: Any, out: list[Any]) -> list[Any]:
+        if isinstance(stmt, BufferStore):
+            out.append(stmt)
+        else:
+            for x in _inner_stmts(stmt):
+                stores(x, out)
+        return out
+
+    def check(store: Any, loops: list[Any], conds: tuple) -> list[str]:
+        target = _storage(store.buffer)
+        if isinstance(store.value, TensorLoad) and _storage(store.value.source) == target:
+            return []  # a copy of itself: the same value however often it runs
+        if not any(_storage(x.source) == target and structural_equal(list(x.indices), list(store.indices))
+                   for x in _loads(store.value, [])):
+            return []
+        used = {hash(v) for e in (*store.indices, store.value, *conds) for v in analysis.undefined_vars(e, [])}
+        loop = next((x for x in reversed(loops) if getattr(x.extent, "value", None) != 1
+                     and hash(x.loop_var) not in used), None)
+        if loop is None:
+            return []
+        written = {_storage(s.buffer) for s in stores(loop.body, []) if not s.same_as(store)}
+        if written & {_storage(x.source) for x in _loads(store.value, [])}:
+            return []  # X rewritten in the loop, or an input that changes with it: each run has new inputs
+        return [target, str(loop.loop_var.name)]
+
+    def walk(stmt: Any, loops: list[Any], conds: tuple) -> list[str]:
+        if isinstance(stmt, For):
+            return walk(stmt.body, [*loops, stmt], conds)
+        if isinstance(stmt, BufferStore):
+            return check(stmt, loops, conds)
+        if isinstance(stmt, IfThenElse):
+            conds = (*conds, stmt.condition)
+        return next((found for x in _inner_stmts(stmt) if (found := walk(x, loops, conds))), [])
+
+    return next((found for mod in lowered for body in _function_bodies(mod) if (found := walk(body, [], ()))), [])

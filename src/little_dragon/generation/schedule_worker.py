@@ -34,10 +34,10 @@ import threading
 from typing import Any
 
 from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleState, block_name_counts,
-                                                     blocks_in_run_order, extend,
+                                                     blocks_in_run_order, extend, in_place_fold_candidate,
                                                      fragment_elements, live_state, LOOKUP_RUN_FACTOR, host_blocks,
                                                      nested_thread_bindings, read_before_written,
-                                                     reduction_restarted_by_loop, replay)
+                                                     reduction_restarted_by_loop, repeated_in_place_update, replay)
 from little_dragon.tvmx.schedule import fingerprint, fresh_schedule
 
 TIMEOUT_S = 120.0  # one request: a line's apply takes milliseconds, a cut attempt's post-processing seconds at most
@@ -274,7 +274,11 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
       reach software-pipeline annotations and inlined cast stages, had 4 of 336 attempts fail the judge's build
       there ("Stage of the software pipeline is not defined", "Buffer T_cast_1 is used before its definition"), and
       the lowering refuses all 4 in 3-7 ms each.  It leaves out the passes that only rewrite for speed
-      (``END_CHECK_SKIPPED_PASSES``: 2.3x faster on the CPU, 4.5x on CUDA).
+      (``END_CHECK_SKIPPED_PASSES``: 2.3x faster on the CPU, 4.5x on CUDA);
+    - not be a kernel that TVM's StorageRewrite breaks (``in_place_fold_candidate`` on the kernel before
+      post-processing, then ``repeated_in_place_update`` on the lowered one: a block a loop it does not use runs again
+      and again, given its input's storage, reads its own output; apache/tvm#759).  No kernel runs: the lowered code
+      says it.
 
     ``key``: the workload's cache key in this process's live schedules (``prefix_facts``): the no-op test then reads
     the schedule the constraint already applied the lines to, instead of applying them again."""
@@ -326,6 +330,12 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
         return f"lowering: {_last_line(e)}"
     if not transforms and _lowers_as_empty(mod, post_context, lowered, target):
         return "no_op: the script schedules nothing: it lowers to the very code an empty script gives"
+    fold = in_place_fold_candidate(before_post)
+    repeated = repeated_in_place_update([lowered[0], *lowered[1]]) if fold else []
+    if repeated:
+        return (f"in-place fold: TVM's StorageRewrite gives block {fold[0]}'s output the storage of {fold[1]}, and loop "
+                f"{repeated[1]}, which the block does not use, then applies it to {repeated[0]} again and again "
+                "(apache/tvm#759)")
     return ""
 
 
