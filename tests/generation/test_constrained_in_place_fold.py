@@ -19,68 +19,48 @@ TARGET = {"kind": "llvm", "num-cores": 2}
 SPLIT_THE_OUTPUT = "blk Out\nloops b0 2\ntile l1 = 4 64\npost *\n"  # any script: the fold is in the kernel below
 
 
+_KERNEL = """
+@I.ir_module
+class Module:
+    @T.prim_func(s_tir=True)
+    def main(A: T.Buffer((64, 256), "float32"), B: T.Buffer((256,), "float32"), Out: T.Buffer((64, 256), "float32")):
+        T.func_attr({"tirx.noalias": True})
+        S = T.sblock_alloc_buffer((64,))
+        R = T.sblock_alloc_buffer((64,))
+        C = T.sblock_alloc_buffer((256,))
+        for i, k in T.grid(64, 256):
+            with T.sblock("S"):
+                v_i, v_k = T.axis.remap("SR", [i, k])
+                with T.init():
+                    S[v_i] = T.float32(0.0)
+                S[v_i] = S[v_i] + A[v_i, v_k] * A[v_i, v_k]
+%s
+        for i, j in T.grid(64, 256):
+            with T.sblock("Out"):
+                v_i, v_j = T.axis.remap("SS", [i, j])
+                Out[v_i, v_j] = A[v_i, v_j] * R[v_i] * C[v_j]
+"""
+_C_BLOCK = """            with T.sblock("C"):
+                v_j = T.axis.spatial(256, j)
+                C[v_j] = B[v_j] * T.float32(2.0)
+"""
+_R_BLOCK = """            with T.sblock("R"):
+                v_i = T.axis.spatial(64, i)
+                R[v_i] = T.rsqrt(S[v_i] / T.float32(256.0) + T.float32(1e-05))
+"""
+
+
 def _folding_module(r_under_the_columns: bool = True):
     """S = row sums of A^2; C = 2 B; R = rsqrt(S / 256 + eps), under C's column loop (which R does not use) or, when
     not ``r_under_the_columns``, in a loop of its own; Out = A R C."""
-    from tvm.script import ir as I
-    from tvm.script import tirx as T
+    from little_dragon.workloads.store import module_from_script
 
-    @I.ir_module
-    class Folding:
-        @T.prim_func(s_tir=True)
-        def main(A: T.Buffer((64, 256), "float32"), B: T.Buffer((256,), "float32"),
-                 Out: T.Buffer((64, 256), "float32")):
-            T.func_attr({"tirx.noalias": True})
-            S = T.sblock_alloc_buffer((64,))
-            R = T.sblock_alloc_buffer((64,))
-            C = T.sblock_alloc_buffer((256,))
-            for i, k in T.grid(64, 256):
-                with T.sblock("S"):
-                    v_i, v_k = T.axis.remap("SR", [i, k])
-                    with T.init():
-                        S[v_i] = T.float32(0.0)
-                    S[v_i] = S[v_i] + A[v_i, v_k] * A[v_i, v_k]
-            for i, j in T.grid(64, 256):
-                with T.sblock("C"):
-                    v_j = T.axis.spatial(256, j)
-                    C[v_j] = B[v_j] * T.float32(2.0)
-                with T.sblock("R"):
-                    v_i = T.axis.spatial(64, i)
-                    R[v_i] = T.rsqrt(S[v_i] / T.float32(256.0) + T.float32(1e-05))
-            for i, j in T.grid(64, 256):
-                with T.sblock("Out"):
-                    v_i, v_j = T.axis.remap("SS", [i, j])
-                    Out[v_i, v_j] = A[v_i, v_j] * R[v_i] * C[v_j]
-
-    @I.ir_module
-    class Apart:
-        @T.prim_func(s_tir=True)
-        def main(A: T.Buffer((64, 256), "float32"), B: T.Buffer((256,), "float32"),
-                 Out: T.Buffer((64, 256), "float32")):
-            T.func_attr({"tirx.noalias": True})
-            S = T.sblock_alloc_buffer((64,))
-            R = T.sblock_alloc_buffer((64,))
-            C = T.sblock_alloc_buffer((256,))
-            for i, k in T.grid(64, 256):
-                with T.sblock("S"):
-                    v_i, v_k = T.axis.remap("SR", [i, k])
-                    with T.init():
-                        S[v_i] = T.float32(0.0)
-                    S[v_i] = S[v_i] + A[v_i, v_k] * A[v_i, v_k]
-            for j in range(256):
-                with T.sblock("C"):
-                    v_j = T.axis.spatial(256, j)
-                    C[v_j] = B[v_j] * T.float32(2.0)
-            for i in range(64):
-                with T.sblock("R"):
-                    v_i = T.axis.spatial(64, i)
-                    R[v_i] = T.rsqrt(S[v_i] / T.float32(256.0) + T.float32(1e-05))
-            for i, j in T.grid(64, 256):
-                with T.sblock("Out"):
-                    v_i, v_j = T.axis.remap("SS", [i, j])
-                    Out[v_i, v_j] = A[v_i, v_j] * R[v_i] * C[v_j]
-
-    return Folding if r_under_the_columns else Apart
+    if r_under_the_columns:
+        middle = "        for i, j in T.grid(64, 256):\n" + _C_BLOCK + _R_BLOCK
+    else:
+        middle = "        for j in range(256):\n" + _C_BLOCK + "        for i in range(64):\n" + _R_BLOCK
+    header = "from tvm.script import ir as I\nfrom tvm.script import tirx as T\n"
+    return module_from_script(header + _KERNEL % middle.rstrip("\n"))
 
 
 def _computes_right(mod, storage_rewrite: bool = True) -> bool:
