@@ -14,6 +14,7 @@ numpy), the codec.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 TARGET = {"kind": "llvm", "num-cores": 2}
 SPLIT_THE_OUTPUT = "blk Out\nloops b0 2\ntile l1 = 4 64\npost *\n"  # any script: the fold is in the kernel below
@@ -40,27 +41,39 @@ class Module:
                 v_i, v_j = T.axis.remap("SS", [i, j])
                 Out[v_i, v_j] = A[v_i, v_j] * R[v_i] * C[v_j]
 """
-_C_BLOCK = """            with T.sblock("C"):
-                v_j = T.axis.spatial(256, j)
-                C[v_j] = B[v_j] * T.float32(2.0)
+_C_BLOCK = """with T.sblock("C"):
+    v_j = T.axis.spatial(256, {j})
+    {where}C[v_j] = B[v_j] * T.float32(2.0)
 """
-_R_BLOCK = """            with T.sblock("R"):
-                v_i = T.axis.spatial(64, i)
-                R[v_i] = T.rsqrt(S[v_i] / T.float32(256.0) + T.float32(1e-05))
+_R_BLOCK = """with T.sblock("R"):
+    v_i = T.axis.spatial(64, i)
+    {where}R[v_i] = T.rsqrt(S[v_i] / T.float32(256.0) + T.float32(1e-05))
 """
+# where R runs: under C's column loop, which R does not use (as the model's `rms_norm` scripts put it), that loop split
+# with a guard for its padding (`T.where`), or unrolled; or in a loop of its own ("apart": computed once a row)
+_NESTS = {
+    "columns": ("for i, j in T.grid(64, 256):", "j", ""),
+    "guarded": ("for i, j0, j1 in T.grid(64, 22, 12):", "j0 * 12 + j1", "T.where(j0 * 12 + j1 < 256)\n    "),
+    "unrolled": ("for i in range(64):\n    for j in T.unroll(256):", "j", ""),
+}
 
 
-def _folding_module(r_under_the_columns: bool = True):
-    """S = row sums of A^2; C = 2 B; R = rsqrt(S / 256 + eps), under C's column loop (which R does not use) or, when
-    not ``r_under_the_columns``, in a loop of its own; Out = A R C."""
+def _folding_module(placement: str = "columns"):
+    """S = row sums of A^2; C = 2 B; R = rsqrt(S / 256 + eps), placed as ``placement`` says (``_NESTS``, or
+    "apart"); Out = A R C."""
+    import textwrap
+
     from little_dragon.workloads.store import module_from_script
 
-    if r_under_the_columns:
-        middle = "        for i, j in T.grid(64, 256):\n" + _C_BLOCK + _R_BLOCK
+    if placement == "apart":
+        c, r = _C_BLOCK.format(j="j", where=""), _R_BLOCK.format(where="")
+        middle = "for j in range(256):\n" + textwrap.indent(c, "    ") + "for i in range(64):\n" + textwrap.indent(r, "    ")
     else:
-        middle = "        for j in range(256):\n" + _C_BLOCK + "        for i in range(64):\n" + _R_BLOCK
+        loops, j, where = _NESTS[placement]
+        body = _C_BLOCK.format(j=j, where=where) + _R_BLOCK.format(where=where)
+        middle = loops + "\n" + textwrap.indent(body, "    " * (1 + loops.count("\n")))
     header = "from tvm.script import ir as I\nfrom tvm.script import tirx as T\n"
-    return module_from_script(header + _KERNEL % middle.rstrip("\n"))
+    return module_from_script(header + _KERNEL % textwrap.indent(middle, "        ").rstrip("\n"))
 
 
 def _computes_right(mod, storage_rewrite: bool = True) -> bool:
@@ -85,8 +98,9 @@ def _end_check(mod, text: str) -> str:
     return finish_check(mod, PostprocContext(mod, tvm.target.Target(TARGET)), text)
 
 
-def test_the_fold_is_what_breaks_the_kernel_and_the_end_check_refuses_it():
-    mod = _folding_module()
+@pytest.mark.parametrize("placement", sorted(_NESTS))
+def test_the_fold_is_what_breaks_the_kernel_and_the_end_check_refuses_it(placement):
+    mod = _folding_module(placement)
     assert not _computes_right(mod)                        # what the judge sees: a wrong result
     assert _computes_right(mod, storage_rewrite=False)     # the schedule itself is right
     why = _end_check(mod, SPLIT_THE_OUTPUT)
@@ -102,7 +116,7 @@ def test_the_lowered_code_says_it_without_running_anything():
     mod = _folding_module()
     assert in_place_fold_candidate(mod) == ["R", "S", "j"]
     host, devices = lower_for_target(mod, "llvm")
-    assert repeated_in_place_update([host, *devices]) == ["S", "j"]
+    assert repeated_in_place_update([host, *devices]) == ["S", "loop j"]
     with tvm.transform.PassContext(config={"tirx.disable_storage_rewrite": True}):
         host, devices = lower_for_target(mod, "llvm")
     assert repeated_in_place_update([host, *devices]) == []  # without the pass: no fold, nothing repeated in place
@@ -112,7 +126,7 @@ def test_the_same_blocks_in_loops_of_their_own_are_accepted():
     """R in a loop of its own: computed once per row, right with the pass, no candidate, and the script accepted."""
     from little_dragon.generation.constrain_state import in_place_fold_candidate
 
-    mod = _folding_module(r_under_the_columns=False)
+    mod = _folding_module("apart")
     assert _computes_right(mod)
     assert in_place_fold_candidate(mod) == []
     assert _end_check(mod, SPLIT_THE_OUTPUT) == ""

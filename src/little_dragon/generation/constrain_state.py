@@ -979,15 +979,39 @@ def _loads(expr: Any, out: list[Any]) -> list[Any]:
     return out
 
 
+def _runs_twice(cond: Any, loop: Any, loops: list[Any]) -> bool:
+    """Whether ``cond`` (a condition above a store) holds at the first two iterations of ``loop``, the other loops at
+    their first: a guard that lets the loop run the store at least twice (a split's `i * 12 + j < 256`), not one that
+    picks a single iteration (`j == 0`).  Unknown (it does not simplify to a constant): False."""
+    from tvm.sym.analyzer import Analyzer
+    from tvm.tirx import analysis
+
+    if all(hash(v) != hash(loop.loop_var) for v in analysis.undefined_vars(cond, [])):
+        return True  # the same at every iteration of the loop
+    for step in (0, 1):
+        analyzer = Analyzer()
+        for x in loops:
+            analyzer.bind(x.loop_var, x.min + step if x.same_as(loop) else x.min)
+        value = getattr(analyzer.simplify(cond), "value", None)
+        if value is None or not value:
+            return False
+    return True
+
+
+UNROLLED_LOOKAHEAD = 16  # statements after an update in place searched for its unrolled repeat
+
+
 def repeated_in_place_update(lowered: list[Any]) -> list[str]:
-    """The first store ``X[i] = f(.. X[i] ..)`` of the lowered modules ``lowered`` (``f`` more than a copy) under a
-    loop of extent > 1 that neither ``i``, the value nor a condition on the way uses, with no other store to ``X``
-    in that loop's body, nor of anything else the value reads (``[buffer, loop]``; empty when none): the loop applies
-    ``f`` to its own output again and again, on the same inputs.  A reduction's update reads what its reduction loop
-    changes (the loop's index, or a scalar stage computed in it), and a block recomputed under the loop rewrites its
-    input there first: neither is one."""
-    from tvm.tirx import BufferStore, For, IfThenElse, analysis
+    """The first store ``X[i] = f(.. X[i] ..)`` of the lowered modules ``lowered`` (``f`` more than a copy) that a
+    loop runs again and again on the same inputs (``[buffer, "loop v"]``; empty when none): a loop of extent > 1 that
+    neither ``i`` nor the value uses, whose body stores nothing else to ``X`` or to what the value reads, and that no
+    condition on the way keeps from running it twice (``_runs_twice``); or the same store again within the next
+    ``UNROLLED_LOOKAHEAD`` statements, nothing it reads stored in between (the loop unrolled,
+    ``[buffer, "an unrolled loop"]``).  The loop applies ``f`` to its own output.  A reduction's update reads
+    what its reduction loop changes (the loop's index, or a scalar stage computed in it), and a block recomputed under
+    the loop rewrites its input there first: neither is one."""
     from tvm.ir import TensorLoad
+    from tvm.tirx import BufferStore, For, IfThenElse, SeqStmt, analysis
     from tvm_ffi import structural_equal
 
     def stores(stmt: Any, out: list[Any]) -> list[Any]:
@@ -998,22 +1022,26 @@ def repeated_in_place_update(lowered: list[Any]) -> list[str]:
                 stores(x, out)
         return out
 
-    def check(store: Any, loops: list[Any], conds: tuple) -> list[str]:
+    def updates_in_place(store: Any) -> bool:
         target = _storage(store.buffer)
         if isinstance(store.value, TensorLoad) and _storage(store.value.source) == target:
-            return []  # a copy of itself: the same value however often it runs
-        if not any(_storage(x.source) == target and structural_equal(list(x.indices), list(store.indices))
-                   for x in _loads(store.value, [])):
+            return False  # a copy of itself: the same value however often it runs
+        return any(_storage(x.source) == target and structural_equal(list(x.indices), list(store.indices))
+                   for x in _loads(store.value, []))
+
+    def check(store: Any, loops: list[Any], conds: tuple) -> list[str]:
+        target = _storage(store.buffer)
+        if not updates_in_place(store):
             return []
-        used = {hash(v) for e in (*store.indices, store.value, *conds) for v in analysis.undefined_vars(e, [])}
+        used = {hash(v) for e in (*store.indices, store.value) for v in analysis.undefined_vars(e, [])}
         loop = next((x for x in reversed(loops) if getattr(x.extent, "value", None) != 1
                      and hash(x.loop_var) not in used), None)
-        if loop is None:
+        if loop is None or not all(_runs_twice(c, loop, loops) for c in conds):
             return []
         written = {_storage(s.buffer) for s in stores(loop.body, []) if not s.same_as(store)}
         if written & {_storage(x.source) for x in _loads(store.value, [])}:
             return []  # X rewritten in the loop, or an input that changes with it: each run has new inputs
-        return [target, str(loop.loop_var.name)]
+        return [target, f"loop {loop.loop_var.name}"]
 
     def walk(stmt: Any, loops: list[Any], conds: tuple) -> list[str]:
         if isinstance(stmt, For):
@@ -1022,6 +1050,17 @@ def repeated_in_place_update(lowered: list[Any]) -> list[str]:
             return check(stmt, loops, conds)
         if isinstance(stmt, IfThenElse):
             conds = (*conds, stmt.condition)
+        if isinstance(stmt, SeqStmt):  # the loop unrolled: the same update again, its inputs unchanged in between
+            seq = list(stmt.seq)
+            for p, a in enumerate(seq):
+                if not (isinstance(a, BufferStore) and updates_in_place(a)):
+                    continue
+                inputs = {_storage(a.buffer)} | {_storage(x.source) for x in _loads(a.value, [])}
+                for b in seq[p + 1:p + 1 + UNROLLED_LOOKAHEAD]:
+                    if isinstance(b, BufferStore) and structural_equal(a, b):
+                        return [_storage(a.buffer), "an unrolled loop"]
+                    if inputs & {_storage(x.buffer) for x in stores(b, [])}:
+                        break
         return next((found for x in _inner_stmts(stmt) if (found := walk(x, loops, conds))), [])
 
     return next((found for mod in lowered for body in _function_bodies(mod) if (found := walk(body, [], ()))), [])

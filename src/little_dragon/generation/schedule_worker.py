@@ -333,7 +333,7 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
     fold = in_place_fold_candidate(before_post)
     repeated = repeated_in_place_update([lowered[0], *lowered[1]]) if fold else []
     if repeated:
-        return (f"in-place fold: TVM's StorageRewrite gives block {fold[0]}'s output the storage of {fold[1]}, and loop "
+        return (f"in-place fold: TVM's StorageRewrite gives block {fold[0]}'s output the storage of {fold[1]}, and "
                 f"{repeated[1]}, which the block does not use, then applies it to {repeated[0]} again and again "
                 "(apache/tvm#759)")
     return ""
