@@ -274,7 +274,7 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
       reach software-pipeline annotations and inlined cast stages, had 4 of 336 attempts fail the judge's build
       there ("Stage of the software pipeline is not defined", "Buffer T_cast_1 is used before its definition"), and
       the lowering refuses all 4 in 3-7 ms each.  It leaves out the passes that only rewrite for speed
-      (``END_CHECK_SKIPPED_PASSES``: 2.3x faster on the CPU, 4.5x on CUDA);
+      (``END_CHECK_SKIPPED_PASSES``: 2.5x faster on the CPU, 4.6x on CUDA);
     - not be a kernel that TVM's StorageRewrite breaks (``in_place_fold_candidate`` on the kernel before
       post-processing, then ``repeated_in_place_update`` on the lowered one: a block a loop it does not use runs again
       and again, given its input's storage, reads its own output; apache/tvm#759).  No kernel runs: the lowered code
@@ -341,12 +341,12 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
 
 # The lowering passes the end check leaves out: they rewrite a kernel for speed after its structure is settled (common
 # subexpressions, and simplification of the code that unrolling wrote), and on unrolled kernels they are most of the
-# lowering's time.  Measured on every kernel the end check lowers (``benchmarks/end_check_lowering.py``), the verdict
-# without them equals the verdict with them on the H200 harvest's 1,219 records (387 refused, 832 accepted; 84 -> 19
-# ms a kernel), the llvm harvest's 305 (24 -> 9 ms) and 907 CPU sealed attempts (400 correct, 507 that the judge
-# failed: 113 refused; 20 -> 8 ms) but one: a CPU kernel that ThreadSync refuses only after the common-subexpression
-# pass ("Cannot insert syncs inside condition"), which the judge's build then refuses (a lost attempt, not a wrong
-# score).  Both sides of ``_lowers_as_empty`` leave them out alike, so its no-op test refuses a subset of what it did.
+# lowering's time.  Measured on every kernel the end check lowers (``benchmarks/end_check_lowering.py``,
+# results/constrained-decoding/cpu-s25/), the verdict without them equals the verdict with them on the H200 harvest's
+# 1,219 records (387 refused, 832 accepted; 94 -> 20 ms a kernel) and on 1,214 CPU lowerings (the llvm harvest's 305
+# records, 851 CPU sealed attempts: 400 correct and 451 the judge failed; 113 refused; 24 -> 10 ms) but one: a CPU
+# kernel that ThreadSync refuses only after the common-subexpression pass ("Cannot insert syncs inside condition"),
+# which the judge's build then refuses (a lost attempt, not a wrong score).  Both sides of ``_lowers_as_empty`` leave them out alike, so its no-op test refuses a subset of what it did.
 END_CHECK_SKIPPED_PASSES = ("tirx.CommonSubexprElim", "tirx.StmtSimplify", "tirx.RemoveNoOp",
                             "s_tir.RenormalizeSplitPattern")
 
