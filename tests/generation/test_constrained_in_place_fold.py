@@ -5,7 +5,7 @@ element is written once (apache/tvm#759).  Session 24's most common CPU sealed w
 schedule that put `R[i] = rsqrt(S[i] / n + eps)` under a column loop of another block (here C, a scaled copy of B):
 right as scheduled, but lowered, the pass folds R into S, and the column loop applies the rsqrt to its own output 256
 times.  MetaSchedule's builder runs the same pass.  The end check refuses such a script
-(``schedule_worker.finish_check``: ``constrain_state.in_place_fold_candidate`` on the scheduled kernel,
+(``schedule_worker.finish_check``: ``constrain_state.in_place_fold_candidates`` on the scheduled kernel,
 ``repeated_in_place_update`` on the lowered one); no kernel runs for it.
 
 Real parts: TVM (the llvm target's post-processors, the lowering, the build and the kernel's numbers against
@@ -110,23 +110,24 @@ def test_the_fold_is_what_breaks_the_kernel_and_the_end_check_refuses_it(placeme
 def test_the_lowered_code_says_it_without_running_anything():
     import tvm
 
-    from little_dragon.generation.constrain_state import in_place_fold_candidate, repeated_in_place_update
+    from little_dragon.generation.constrain_state import in_place_fold_candidates, repeated_in_place_update
     from little_dragon.tvmx.build import lower_for_target
 
     mod = _folding_module()
-    assert in_place_fold_candidate(mod) == ["R", "S", "j"]
+    assert in_place_fold_candidates(mod) == [["R", "S", "R", "j"]]
     host, devices = lower_for_target(mod, "llvm")
-    assert repeated_in_place_update([host, *devices]) == ["S", "loop j"]
+    assert repeated_in_place_update([host, *devices], {"S", "R"}) == ["S", "loop j"]
+    assert repeated_in_place_update([host, *devices], {"C"}) == []  # only the candidates' buffers are read
     with tvm.transform.PassContext(config={"tirx.disable_storage_rewrite": True}):
         host, devices = lower_for_target(mod, "llvm")
-    assert repeated_in_place_update([host, *devices]) == []  # without the pass: no fold, nothing repeated in place
+    assert repeated_in_place_update([host, *devices], {"S", "R"}) == []  # without the pass: no fold
 
 
 def test_the_same_blocks_in_loops_of_their_own_are_accepted():
     """R in a loop of its own: computed once per row, right with the pass, no candidate, and the script accepted."""
-    from little_dragon.generation.constrain_state import in_place_fold_candidate
+    from little_dragon.generation.constrain_state import in_place_fold_candidates
 
     mod = _folding_module("apart")
     assert _computes_right(mod)
-    assert in_place_fold_candidate(mod) == []
+    assert in_place_fold_candidates(mod) == []
     assert _end_check(mod, SPLIT_THE_OUTPUT) == ""

@@ -914,9 +914,9 @@ def block_name_counts(mod: Any) -> dict[str, int]:
 # off the lowered kernel the end check builds anyway (no kernel runs), for the kernels whose blocks could fold so.
 
 
-def in_place_fold_candidate(mod: Any) -> list[str]:
-    """The first block that a loop it does not use (extent > 1) runs again and again and that reads an intermediate
-    buffer at exactly the region it writes another (``[block, buffer read, loop]``; empty when none): where TVM's
+def in_place_fold_candidates(mod: Any) -> list[list[str]]:
+    """The blocks that a loop they do not use (extent > 1) runs again and again and that read an intermediate buffer at
+    exactly the region they write another (``[block, buffer read, buffer written, loop]`` each): where TVM's
     StorageRewrite may fold the two buffers in place (``repeated_in_place_update`` reads whether it did)."""
     from tvm.s_tir import SBlockRealize
     from tvm.tirx import For, analysis
@@ -935,17 +935,26 @@ def in_place_fold_candidate(mod: Any) -> list[str]:
             for r in block.reads:
                 if (hash(r.source) not in params and not r.source.same_as(w.source)
                         and structural_equal(list(r.region), list(w.region))):
-                    return [block.name_hint, str(r.source.name), str(foreign.loop_var.name)]
+                    return [block.name_hint, str(r.source.name), str(w.source.name), str(foreign.loop_var.name)]
         return []
 
-    def walk(stmt: Any, loops: list[Any]) -> list[str]:
-        if isinstance(stmt, For):
-            return walk(stmt.body, [*loops, stmt])
-        if isinstance(stmt, SBlockRealize):
-            return candidate(stmt, loops) or walk(stmt.block.body, [])
-        return next((found for x in _inner_stmts(stmt) if (found := walk(x, loops))), [])
+    found: list[list[str]] = []
 
-    return next((found for body in _function_bodies(mod) if (found := walk(body, []))), [])
+    def walk(stmt: Any, loops: list[Any]) -> None:
+        if isinstance(stmt, For):
+            walk(stmt.body, [*loops, stmt])
+        elif isinstance(stmt, SBlockRealize):
+            hit = candidate(stmt, loops)
+            if hit:
+                found.append(hit)
+            walk(stmt.block.body, [])
+        else:
+            for x in _inner_stmts(stmt):
+                walk(x, loops)
+
+    for body in _function_bodies(mod):
+        walk(body, [])
+    return found
 
 
 def _storage(buffer: Any) -> str:
@@ -1001,8 +1010,9 @@ def _runs_twice(cond: Any, loop: Any, loops: list[Any]) -> bool:
 UNROLLED_LOOKAHEAD = 16  # statements after an update in place searched for its unrolled repeat
 
 
-def repeated_in_place_update(lowered: list[Any]) -> list[str]:
-    """The first store ``X[i] = f(.. X[i] ..)`` of the lowered modules ``lowered`` (``f`` more than a copy) that a
+def repeated_in_place_update(lowered: list[Any], buffers: set[str]) -> list[str]:
+    """The first store ``X[i] = f(.. X[i] ..)``, ``X`` one of ``buffers`` (by name: the candidates' buffers), of the
+    lowered modules ``lowered`` (``f`` more than a copy) that a
     loop runs again and again on the same inputs (``[buffer, "loop v"]``; empty when none): a loop of extent > 1 that
     neither ``i`` nor the value uses, whose body stores nothing else to ``X`` or to what the value reads, and that no
     condition on the way keeps from running it twice (``_runs_twice``); or the same store again within the next
@@ -1024,6 +1034,8 @@ def repeated_in_place_update(lowered: list[Any]) -> list[str]:
 
     def updates_in_place(store: Any) -> bool:
         target = _storage(store.buffer)
+        if target not in buffers:
+            return False  # not a candidate's: a reduction over an axis its value does not use repeats on purpose
         if isinstance(store.value, TensorLoad) and _storage(store.value.source) == target:
             return False  # a copy of itself: the same value however often it runs
         return any(_storage(x.source) == target and structural_equal(list(x.indices), list(store.indices))

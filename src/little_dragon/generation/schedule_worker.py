@@ -34,7 +34,7 @@ import threading
 from typing import Any
 
 from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleState, block_name_counts,
-                                                     blocks_in_run_order, extend, in_place_fold_candidate,
+                                                     blocks_in_run_order, extend, in_place_fold_candidates,
                                                      fragment_elements, live_state, LOOKUP_RUN_FACTOR, host_blocks,
                                                      nested_thread_bindings, read_before_written,
                                                      reduction_restarted_by_loop, repeated_in_place_update, replay)
@@ -275,7 +275,7 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
       there ("Stage of the software pipeline is not defined", "Buffer T_cast_1 is used before its definition"), and
       the lowering refuses all 4 in 3-7 ms each.  It leaves out the passes that only rewrite for speed
       (``END_CHECK_SKIPPED_PASSES``: 2.5x faster on the CPU, 4.6x on CUDA);
-    - not be a kernel that TVM's StorageRewrite breaks (``in_place_fold_candidate`` on the kernel before
+    - not be a kernel that TVM's StorageRewrite breaks (``in_place_fold_candidates`` on the kernel before
       post-processing, then ``repeated_in_place_update`` on the lowered one: a block a loop it does not use runs again
       and again, given its input's storage, reads its own output; apache/tvm#759).  No kernel runs: the lowered code
       says it.
@@ -330,11 +330,12 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
         return f"lowering: {_last_line(e)}"
     if not transforms and _lowers_as_empty(mod, post_context, lowered, target):
         return "no_op: the script schedules nothing: it lowers to the very code an empty script gives"
-    fold = in_place_fold_candidate(before_post)
-    repeated = repeated_in_place_update([lowered[0], *lowered[1]]) if fold else []
+    folds = in_place_fold_candidates(before_post)
+    repeated = repeated_in_place_update([lowered[0], *lowered[1]], {b for f in folds for b in f[1:3]}) if folds else []
     if repeated:
-        return (f"in-place fold: TVM's StorageRewrite gives block {fold[0]}'s output the storage of {fold[1]}, and "
-                f"{repeated[1]}, which the block does not use, then applies it to {repeated[0]} again and again "
+        fold = next(f for f in folds if repeated[0] in f[1:3])
+        return (f"in-place fold: TVM's StorageRewrite gives block {fold[0]}'s output {fold[2]} the storage of {fold[1]}, "
+                f"and {repeated[1]}, which the block does not use, then applies it to {repeated[0]} again and again "
                 "(apache/tvm#759)")
     return ""
 
