@@ -131,3 +131,40 @@ def test_the_same_blocks_in_loops_of_their_own_are_accepted():
     assert _computes_right(mod)
     assert in_place_fold_candidates(mod) == []
     assert _end_check(mod, SPLIT_THE_OUTPUT) == ""
+
+
+# lowered code as StorageRewrite leaves a fold (S updated in place), the update in the else branch of a column guard
+_ELSE_KERNEL = """from tvm.script import ir as I
+from tvm.script import tirx as T
+
+@I.ir_module
+class Module:
+    @T.prim_func
+    def main(B: T.Buffer((256,), "float32"), S: T.Buffer((64,), "float32"), C: T.Buffer((256,), "float32")):
+        for i, j in T.grid(64, 256):
+            if %s:
+                C[j] = B[j] * T.float32(2.0)
+            else:
+                S[i] = T.rsqrt(S[i] + T.float32(1.0))
+"""
+
+
+@pytest.mark.parametrize(("guard", "runs"), [("j < 255", 1), ("j >= 2", 2)])
+def test_an_update_in_an_else_branch_runs_where_its_guard_does_not(guard, runs):
+    """The else branch runs where the guard is false: once, at the last column (the kernel applies the rsqrt once),
+    or at the first two (twice).  The rule reads it under the guard's negation; under the guard itself it called the
+    first a repeat and missed the second."""
+    import tvm
+
+    from little_dragon.generation.constrain_state import repeated_in_place_update
+    from little_dragon.workloads.store import module_from_script
+
+    mod = module_from_script(_ELSE_KERNEL % guard)
+    s = tvm.runtime.tensor(np.full(64, 3.0, np.float32))
+    tvm.compile(mod, target="llvm")(tvm.runtime.tensor(np.ones(256, np.float32)), s,
+                                    tvm.runtime.tensor(np.zeros(256, np.float32)))
+    want = np.float32(3.0)
+    for _ in range(runs):
+        want = 1 / np.sqrt(want + 1)
+    assert np.allclose(s.numpy(), want)
+    assert repeated_in_place_update([mod], {"S"}) == ([] if runs == 1 else ["S", "loop j"])

@@ -832,6 +832,22 @@ def read_before_written(sch: Any) -> list[str]:
     return []
 
 
+def _first_iteration_only(predicate: Any, loop: Any, loops: list[Any]) -> bool:
+    """Whether a block's ``predicate`` is false at every iteration of ``loop`` but its first, whatever the other
+    ``loops`` (each over its whole range): a split's padding that lets one iteration run (`u_0 * 16 + u_1 < 1`, a
+    unit loop split by 16).  TVM's analyzer proves it or it is False (a fused loop's `f % 2` over 4 iterations
+    runs twice)."""
+    from tvm.ir import Range
+    from tvm.sym.analyzer import Analyzer
+    from tvm.tirx import Not
+
+    analyzer = Analyzer()
+    for x in loops:
+        skip = 1 if x.same_as(loop) else 0
+        analyzer.bind(x.loop_var, Range.from_min_extent(x.min + skip, x.extent - skip))
+    return bool(analyzer.can_prove(Not(predicate)))
+
+
 def reduction_restarted_by_loop(mod: Any) -> list[str]:
     """The first reduction block that a loop it does not bind makes compute its reduction again and again, and whose
     init MetaSchedule's post-processing will hoist above that loop (``[block, loop, extent]``; empty when none).
@@ -841,7 +857,14 @@ def reduction_restarted_by_loop(mod: Any) -> list[str]:
     is not data parallel (TVM's ``GetLoopIterType`` over every block under the loop: the mean's loop is a reduction
     loop), so the init runs once before the foreign loop and the block then sums that loop's extent times over
     (session 23's CPU sealed `layer_norm` wrong result: `rat b10 l2`).  TVM's DecomposeReduction does not check
-    that the loops it puts the init outside are the block's own."""
+    that the loops it puts the init outside are the block's own.
+
+    A loop whose iterations past the first nobody sees is not one (session 24's four CPU sealed scripts the judge
+    scored correct): the block's predicate runs it at the first only (``_first_iteration_only``: a unit loop split
+    with padding, `u_0 * 16 + u_1 < 1`), or what it sums is read only there, by blocks under the loop that run at its
+    first iteration only, and by nothing after the loop (an ``rfactor`` block placed under its write-back's padded
+    loop): the init runs right before that first iteration (only unit loops between it and the loop), and the sums
+    of the others are never read."""
     from tvm.s_tir import SBlockRealize
     from tvm.tirx import For, analysis
 
@@ -865,22 +888,54 @@ def reduction_restarted_by_loop(mod: Any) -> list[str]:
             kinds[h] = "X" if "X" in seen or seen == {"S", "R"} else ("R" if "R" in seen else "S")
         return kinds[h]
 
-    def walk(stmt: Any, loops: list[Any]) -> list[str]:
-        if isinstance(stmt, For):
-            return walk(stmt.body, [*loops, stmt])
-        if isinstance(stmt, SBlockRealize):
-            block = stmt.block
-            if block.init is not None:
-                first = next((i for i, loop in enumerate(loops) if loop_kind(loop) != "S"), None)
-                bound = {hash(v) for b in stmt.iter_values for v in analysis.undefined_vars(b, [])}
-                for loop in loops[first:] if first is not None else ():
-                    extent = getattr(loop.extent, "value", None)
-                    if extent != 1 and hash(loop.loop_var) not in bound:
-                        return [block.name_hint, str(loop.loop_var.name), str(loop.extent)]
-            return walk(block.body, [])  # a block's loops are its scope's own
-        return next((found for x in _inner_stmts(stmt) if (found := walk(x, loops))), [])
+    # every block realize: its loops in its scope, its loops through the blocks around it, the blocks around it
+    placed: list[tuple[Any, list[Any], list[Any], frozenset[int]]] = []
 
-    return next((found for body in _function_bodies(mod) if (found := walk(body, []))), [])
+    def walk(stmt: Any, loops: list[Any], chain: list[Any], around: frozenset[int]) -> None:
+        if isinstance(stmt, For):
+            walk(stmt.body, [*loops, stmt], [*chain, stmt], around)
+        elif isinstance(stmt, SBlockRealize):
+            placed.append((stmt, loops, chain, around))
+            walk(stmt.block.body, [], chain, around | {hash(stmt.block)})  # a block's loops are its scope's own
+        else:
+            for x in _inner_stmts(stmt):
+                walk(x, loops, chain, around)
+
+    for body in _function_bodies(mod):
+        walk(body, [], [], frozenset())
+    params = {hash(p) for f in mod.functions.values() for p in getattr(f, "params", ())}
+
+    def read_at_first_only(realize: Any, loop: Any, around: frozenset[int]) -> bool:
+        """Whether what ``realize``'s block writes is read at the first iteration of ``loop`` only (not counting the
+        blocks around it or in it: its own reduction)."""
+        block = realize.block
+        written = {hash(w.source) for w in block.writes}
+        if written & params:
+            return False  # an output: read after the kernel
+        for other, _, chain, outer in placed:
+            if hash(other.block) in around or hash(block) in outer or other.block.same_as(block):
+                continue
+            if any(hash(r.source) in written for r in other.block.reads) and not (
+                    any(x.same_as(loop) for x in chain) and _first_iteration_only(other.predicate, loop, chain)):
+                return False
+        return True
+
+    for realize, loops, chain, around in placed:
+        if realize.block.init is None:
+            continue
+        first = next((i for i, loop in enumerate(loops) if loop_kind(loop) != "S"), None)
+        bound = {hash(v) for b in realize.iter_values for v in analysis.undefined_vars(b, [])}
+        for i in range(first, len(loops)) if first is not None else ():
+            loop = loops[i]
+            if getattr(loop.extent, "value", None) == 1 or hash(loop.loop_var) in bound:
+                continue
+            if _first_iteration_only(realize.predicate, loop, chain):
+                continue  # the block runs at the loop's first iteration only
+            if (all(getattr(x.extent, "value", None) == 1 for x in loops[first:i])
+                    and read_at_first_only(realize, loop, around)):
+                continue  # the init runs right before the first iteration, whose sums are the only ones read
+            return [realize.block.name_hint, str(loop.loop_var.name), str(loop.extent)]
+    return []
 
 
 def block_name_counts(mod: Any) -> dict[str, int]:
@@ -1021,7 +1076,7 @@ def repeated_in_place_update(lowered: list[Any], buffers: set[str]) -> list[str]
     what its reduction loop changes (the loop's index, or a scalar stage computed in it), and a block recomputed under
     the loop rewrites its input there first: neither is one."""
     from tvm.ir import TensorLoad
-    from tvm.tirx import BufferStore, For, IfThenElse, SeqStmt, analysis
+    from tvm.tirx import BufferStore, For, IfThenElse, Not, SeqStmt, analysis
     from tvm_ffi import structural_equal
 
     def updates_in_place(store: Any) -> str:
@@ -1054,8 +1109,10 @@ def repeated_in_place_update(lowered: list[Any], buffers: set[str]) -> list[str]
             return walk(stmt.body, [*loops, stmt], conds)
         if isinstance(stmt, BufferStore):
             return check(stmt, loops, conds)
-        if isinstance(stmt, IfThenElse):
-            conds = (*conds, stmt.condition)
+        if isinstance(stmt, IfThenElse):  # the else branch runs where the condition does not hold
+            return (walk(stmt.then_case, loops, (*conds, stmt.condition))
+                    or (walk(stmt.else_case, loops, (*conds, Not(stmt.condition)))
+                        if stmt.else_case is not None else []))
         if isinstance(stmt, SeqStmt):  # the loop unrolled: the same update again, its inputs unchanged in between
             seq = list(stmt.seq)
             for p, a in enumerate(seq):
