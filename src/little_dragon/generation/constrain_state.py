@@ -321,9 +321,12 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
             # one axis on nested loops of equal extent is one thread index (MetaSchedule's cooperative fetch binds
             # its copy loops so inside the block's own); of different extents it is a wrong kernel.  A virtual thread
             # nested in itself is one index too, and nothing binds one so: the inner loop's iterations are lost
-            # (session 24's CPU sealed wrong result, `bind l19 vthread.x` under a `vthread.x` loop of 64)
+            # (session 24's CPU sealed wrong result, `bind l19 vthread.x` under a `vthread.x` loop of 64).  Both of
+            # extent 1 lose none: TVM's LiftThreadBinding makes them one loop of one iteration, and the lowered code
+            # is the unbound kernel's (session 24's 3 correct CPU sealed attempts the rule refused)
             nested[h] = frozenset(a for a, e in inside.union(axes_above)
-                                  if (e is not None and extent is not None and e != extent) or a.startswith("vthread"))
+                                  if (e is not None and extent is not None and e != extent)
+                                  or (a.startswith("vthread") and (e, extent) != (1, 1)))
             axes_below[-1].update(inside)
             if axis:
                 axes_below[-1].add((axis, extent))
@@ -446,7 +449,8 @@ def nested_thread_bindings(sch: Any) -> list[str]:
     described.  TVM accepts such a kernel and lowers it to one that leaves outputs unwritten or writes past them (the
     H200 sealed runs of session 11: 8 wrong results, one of them made by ``post *``'s RewriteUnboundBlock binding a loop
     around the model's ``blockIdx.x`` loop; of session 17: 1, sibling loops at threadIdx.x 64 and 16); equal extents
-    are one thread index, which only a virtual thread nested in itself misuses (session 24)."""
+    are one thread index, which only a virtual thread nested in itself misuses (session 24), unless both loops are of
+    extent 1 (one iteration either way)."""
     *_, nested, bound, _ = _loop_facts(sch)
     return [f"loop {name} (extent {extent}) is bound to {axis}, and so is another loop of its kernel at "
             + ("another extent" if not axis.startswith("vthread") else "this or another extent (a virtual thread)")
