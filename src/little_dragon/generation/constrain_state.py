@@ -1132,3 +1132,25 @@ def repeated_in_place_update(lowered: list[Any], buffers: set[str]) -> list[str]
         return next((found for x in _inner_stmts(stmt) if (found := walk(x, loops, conds))), [])
 
     return next((found for mod in lowered for body in _function_bodies(mod) if (found := walk(body, [], ()))), [])
+
+
+def device_global_allocations(devices: list[Any]) -> list[str]:
+    """The buffers that the lowered device modules ``devices`` (``tvmx.build.lower_for_target``'s) allocate in global
+    memory, in walk order: an intermediate computed inside a kernel (a compute-at under its launch loops: its
+    allocation goes where its uses meet) that no line gave local or shared storage.  Only the host function's
+    allocations become workspace requests (LowerTVMBuiltin); in a kernel, TVM's GPU code generation refuses every one
+    (``CodeGenCUDA::PrintStorageScope``: "Cannot allocate global memory when targeting CUDA")."""
+    from tvm.tirx import AllocBuffer
+
+    def walk(stmt: Any, out: list[str]) -> list[str]:
+        if isinstance(stmt, AllocBuffer) and stmt.buffer.scope() == "global":
+            out.append(str(stmt.buffer.name))
+        for x in _inner_stmts(stmt):
+            walk(x, out)
+        return out
+
+    out: list[str] = []
+    for mod in devices:
+        for body in _function_bodies(mod):
+            walk(body, out)
+    return out

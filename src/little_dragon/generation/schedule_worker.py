@@ -34,10 +34,11 @@ import threading
 from typing import Any
 
 from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleState, block_name_counts,
-                                                     blocks_in_run_order, extend, in_place_fold_candidates,
-                                                     fragment_elements, live_state, LOOKUP_RUN_FACTOR, host_blocks,
-                                                     nested_thread_bindings, read_before_written,
-                                                     reduction_restarted_by_loop, repeated_in_place_update, replay)
+                                                     blocks_in_run_order, device_global_allocations, extend,
+                                                     fragment_elements, in_place_fold_candidates, live_state,
+                                                     LOOKUP_RUN_FACTOR, host_blocks, nested_thread_bindings,
+                                                     read_before_written, reduction_restarted_by_loop,
+                                                     repeated_in_place_update, replay)
 from little_dragon.tvmx.schedule import fingerprint, fresh_schedule
 
 TIMEOUT_S = 120.0  # one request: a line's apply takes milliseconds, a cut attempt's post-processing seconds at most
@@ -275,6 +276,9 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
       there ("Stage of the software pipeline is not defined", "Buffer T_cast_1 is used before its definition"), and
       the lowering refuses all 4 in 3-7 ms each.  It leaves out the passes that only rewrite for speed
       (``END_CHECK_SKIPPED_PASSES``: 2.5x faster on the CPU, 4.6x on CUDA);
+    - on an accelerator, allocate no global memory inside a kernel (``device_global_allocations`` of the lowered
+      device modules: code generation, which the lowering stops before, refuses it; session 26's H200 sealed run had
+      3 such build errors, an rms_norm's reduction computed at its consumer's thread-bound loop);
     - not be a kernel that TVM's StorageRewrite breaks (``in_place_fold_candidates`` on the kernel before
       post-processing, then ``repeated_in_place_update`` on the lowered one: a block a loop it does not use runs again
       and again, given its input's storage, reads its own output; apache/tvm#759).  No kernel runs: the lowered code
@@ -328,6 +332,11 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
         lowered = lower_for_target(sch.mod, target, skip=END_CHECK_SKIPPED_PASSES)
     except Exception as e:  # noqa: BLE001 - TVM's lowering passes raise several error types
         return f"lowering: {_last_line(e)}"
+    allocated = device_global_allocations(lowered[1]) if on_device else []
+    if allocated:
+        return (f"device kernel allocates global memory: buffer {allocated[0]} is allocated inside a kernel in global "
+                "scope (computed under the kernel's launch loops, not made local or shared), which CUDA code "
+                "generation refuses")
     if not transforms and _lowers_as_empty(mod, post_context, lowered, target):
         return "no_op: the script schedules nothing: it lowers to the very code an empty script gives"
     folds = in_place_fold_candidates(before_post)
