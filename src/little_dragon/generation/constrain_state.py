@@ -1154,3 +1154,82 @@ def device_global_allocations(devices: list[Any]) -> list[str]:
         for body in _function_bodies(mod):
             walk(body, out)
     return out
+
+
+def diagonal_thread_bindings(sch: Any) -> list[str]:
+    """The blocks of the scheduled function whose iter bindings use two or more loops enclosing them (through enclosing
+    blocks too) bound to one ``blockIdx``/``threadIdx`` axis, each of extent above 1 (or unknown), each described.
+    TVM lowers the loops of one axis to one thread index, so such a block runs only their diagonal: session 26's H200
+    sealed run had a wrong result so (a `T_multiply_red` under `ax1_0` and `ax1_1`, both threadIdx.x 64, bound as
+    ``ax1_0 * 64 + ax1_1``: the lowered load is ``threadIdx_x * 65``, 64 of 4,096 elements summed).
+    ``nested_thread_bindings`` allows equal extents on purpose: MetaSchedule's cooperative fetch binds a copy block's
+    own loop inside its consumer's thread loop at the same axis and extent, and the copy block uses only its own
+    (right).  Virtual threads are ``nested_thread_bindings``' business."""
+    from tvm.s_tir import SBlockRealize
+    from tvm.tirx import For, Stmt, analysis
+
+    out: list[str] = []
+    bound: list[tuple[int, str, str, int | None]] = []  # (loop var handle, axis, name, extent) of the enclosing loops
+
+    def visit(stmt: Any) -> None:
+        if isinstance(stmt, For):
+            axis = str(stmt.thread_binding.thread_tag) if stmt.thread_binding is not None else ""
+            extent = _int(stmt.extent)
+            kept = axis.startswith(KERNEL_AXES) and (extent is None or extent > 1)
+            if kept:
+                bound.append((hash(stmt.loop_var), axis, str(stmt.loop_var.name), extent))
+            visit(stmt.body)
+            if kept:
+                bound.pop()
+        elif isinstance(stmt, SBlockRealize):
+            used = {hash(v) for binding in stmt.iter_values for v in analysis.undefined_vars(binding, [])}
+            by_axis: dict[str, list[str]] = {}
+            for h, axis, name, extent in bound:
+                if h in used:
+                    by_axis.setdefault(axis, []).append(f"{name} ({extent if extent is not None else '?'})")
+            out.extend(f"block {stmt.block.name_hint} binds its iters with loops {' and '.join(loops)}, all bound to "
+                       f"{axis}: TVM makes them one thread index, so the block runs only their diagonal"
+                       for axis, loops in by_axis.items() if len(loops) > 1)
+            for part in (stmt.block.init, stmt.block.body):
+                if isinstance(part, Stmt):
+                    visit(part)
+        else:
+            for x in _inner_stmts(stmt):
+                visit(x)
+
+    for body in _function_bodies(sch.mod):
+        visit(body)
+    return out
+
+
+# CUDA's launch limits per axis: threads per block along x and y 1,024, along z 64; blocks along x 2^31 - 1, along y
+# and z 65,535 (CUDA C++ Programming Guide, "Technical Specifications" per compute capability: the same for all since
+# 3.0).  TVM's VerifyGPUCode checks the per-axis thread limits only when the target gives them (``max_thread_x``...);
+# the evaluation's targets give only ``max_threads_per_block``.
+CUDA_LAUNCH_LIMITS = {"threadIdx.x": 1024, "threadIdx.y": 1024, "threadIdx.z": 64,
+                      "blockIdx.x": 2 ** 31 - 1, "blockIdx.y": 65535, "blockIdx.z": 65535}
+
+
+def launch_over_limits(devices: list[Any], limits: dict[str, int] | None = None) -> list[tuple[str, str, int, int]]:
+    """The launch extents of the lowered device modules ``devices`` (``tvmx.build.lower_for_target``'s) over their
+    axis's limit (``limits``, default ``CUDA_LAUNCH_LIMITS``), in walk order: (kernel, axis, extent, limit).  CUDA
+    refuses such a launch and the kernel leaves its outputs unwritten; session 26's H200 sealed run had one (a kernel
+    at threadIdx.z 512, judged a runtime error: an illegal address, then a launch failure)."""
+    from tvm.tirx import AttrStmt
+
+    limits = CUDA_LAUNCH_LIMITS if limits is None else limits
+    out: list[tuple[str, str, int, int]] = []
+
+    def walk(stmt: Any, kernel: str) -> None:
+        if isinstance(stmt, AttrStmt) and stmt.attr_key == "thread_extent":
+            axis, extent = str(getattr(stmt.node, "thread_tag", "")), _int(stmt.value)
+            if axis in limits and extent is not None and extent > limits[axis]:
+                out.append((kernel, axis, extent, limits[axis]))
+        for x in _inner_stmts(stmt):
+            walk(x, kernel)
+
+    for mod in devices:
+        for gv, f in mod.functions.items():
+            if hasattr(f, "body"):
+                walk(f.body, str(gv.name_hint))
+    return out

@@ -34,8 +34,9 @@ import threading
 from typing import Any
 
 from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleState, block_name_counts,
-                                                     blocks_in_run_order, device_global_allocations, extend,
-                                                     fragment_elements, in_place_fold_candidates, live_state,
+                                                     blocks_in_run_order, device_global_allocations,
+                                                     diagonal_thread_bindings, extend, fragment_elements,
+                                                     in_place_fold_candidates, launch_over_limits, live_state,
                                                      LOOKUP_RUN_FACTOR, host_blocks, nested_thread_bindings,
                                                      read_before_written, reduction_restarted_by_loop,
                                                      repeated_in_place_update, replay)
@@ -262,6 +263,8 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
       after a line that places a block the constraint checks it already);
     - not bind one thread axis on nested loops of different extents (``nested_thread_bindings``: TVM accepts it,
       the kernel leaves outputs unwritten);
+    - leave no block bound through two loops of one ``blockIdx``/``threadIdx`` axis (``diagonal_thread_bindings``:
+      TVM makes them one index, the block runs their diagonal; session 26's H200 sealed run, a wrong result);
     - on an accelerator, leave no block outside its kernels (``host_blocks``: TVM builds it into the host function,
       which then reads device memory and segfaults; ``post *`` leaves a block annotated as tiled unbound);
     - on an accelerator, leave no block touching a tensor-core fragment element by element (``fragment_elements``: a
@@ -276,6 +279,9 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
       there ("Stage of the software pipeline is not defined", "Buffer T_cast_1 is used before its definition"), and
       the lowering refuses all 4 in 3-7 ms each.  It leaves out the passes that only rewrite for speed
       (``END_CHECK_SKIPPED_PASSES``: 2.5x faster on the CPU, 4.6x on CUDA);
+    - on CUDA, launch no kernel over CUDA's per-axis limits (``launch_over_limits`` of the lowered device modules:
+      threadIdx.z at most 64, which VerifyGPUCode does not check when the target gives only a per-block total; session
+      26's H200 sealed run, a runtime error at threadIdx.z 512);
     - on an accelerator, allocate no global memory inside a kernel (``device_global_allocations`` of the lowered
       device modules: code generation, which the lowering stops before, refuses it; session 26's H200 sealed run had
       3 such build errors, an rms_norm's reduction computed at its consumer's thread-bound loop);
@@ -304,6 +310,9 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
         clash = nested_thread_bindings(sch)
         if clash:
             return f"nested thread binding: {clash[0]}"
+        diagonal = diagonal_thread_bindings(sch)
+        if diagonal:
+            return f"two thread loops of one axis in one block: {diagonal[0]}"
         target = as_target(post_context.target)
         on_device = on_accelerator(target)
         placed = blocks_in_run_order(sch) if on_device else []  # one walk of the kernel for both rules below
@@ -332,6 +341,10 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
         lowered = lower_for_target(sch.mod, target, skip=END_CHECK_SKIPPED_PASSES)
     except Exception as e:  # noqa: BLE001 - TVM's lowering passes raise several error types
         return f"lowering: {_last_line(e)}"
+    over = launch_over_limits(lowered[1]) if target.kind.name == "cuda" else []
+    if over:
+        return (f"launch over CUDA's limits: kernel {over[0][0]} launches {over[0][2]} along {over[0][1]}, and CUDA "
+                f"allows at most {over[0][3]}")
     allocated = device_global_allocations(lowered[1]) if on_device else []
     if allocated:
         return (f"device kernel allocates global memory: buffer {allocated[0]} is allocated inside a kernel in global "
