@@ -40,6 +40,7 @@ from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleStat
                                                      LOOKUP_RUN_FACTOR, host_blocks, nested_thread_bindings,
                                                      read_before_written, reduction_restarted_by_loop,
                                                      repeated_in_place_update, replay)
+from little_dragon.generation.device_bounds import out_of_bounds_accesses
 from little_dragon.tvmx.schedule import fingerprint, fresh_schedule
 
 TIMEOUT_S = 120.0  # one request: a line's apply takes milliseconds, a cut attempt's post-processing seconds at most
@@ -285,6 +286,9 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
     - on an accelerator, allocate no global memory inside a kernel (``device_global_allocations`` of the lowered
       device modules: code generation, which the lowering stops before, refuses it; session 26's H200 sealed run had
       3 such build errors, an rms_norm's reduction computed at its consumer's thread-bound loop);
+    - on an accelerator, access no shared, local or warp buffer outside it (``device_bounds.out_of_bounds_accesses``
+      of the lowered device modules, guards read: TVM's LowerCrossThreadReduction drops a block's predicate on the
+      write-back; session 26's H200 sealed run, an illegal address);
     - not be a kernel that TVM's StorageRewrite breaks (``in_place_fold_candidates`` on the kernel before
       post-processing, then ``repeated_in_place_update`` on the lowered one: a block a loop it does not use runs again
       and again, given its input's storage, reads its own output; apache/tvm#759).  No kernel runs: the lowered code
@@ -350,6 +354,9 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
         return (f"device kernel allocates global memory: buffer {allocated[0]} is allocated inside a kernel in global "
                 "scope (computed under the kernel's launch loops, not made local or shared), which CUDA code "
                 "generation refuses")
+    outside = out_of_bounds_accesses(lowered[1]) if on_device else []
+    if outside:
+        return f"on-chip access out of bounds: {outside[0]}"
     if not transforms and _lowers_as_empty(mod, post_context, lowered, target):
         return "no_op: the script schedules nothing: it lowers to the very code an empty script gives"
     folds = in_place_fold_candidates(before_post)

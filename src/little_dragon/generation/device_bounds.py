@@ -1,0 +1,398 @@
+"""A bounds check of the on-chip buffer accesses in lowered device code: every load and store of a shared, local or warp
+buffer must stay inside the buffer, under the thread extents, loop ranges, enclosing conditions and bound values that
+reach it.
+
+Why: TVM's LowerCrossThreadReduction drops a block's predicate on the write-back of a cross-thread reduction.  A
+spatial axis of extent 1 split and bound to threadIdx.x of 128 (``T.where(ax2_0 * 128 + ax2_1 < 1)``) with the
+reduction bound to threadIdx.y of 7 lowers to ``if threadIdx_y == 0: pool_sum_shared[threadIdx_x] =
+red_buf0[threadIdx_x * 7]`` where ``pool_sum_shared`` holds 1 float: 127 threads write past the buffer.  TVM lowers and
+builds it; on the GPU it is undefined behaviour.  Session 26's H200 sealed run (pool2d refinement prompt
+b4746f1f71a1a6da, attempt 7) faulted on it (runtime_error, cudaErrorIllegalAddress); session 22's run of the same
+prompt wrote the same kernel and happened not to fault (counted correct).  The lowered code says it, no kernel runs.
+
+The rule: walk each lowered device function with TVM's arithmetic analyzer, which learns the ``thread_extent`` /
+``virtual_thread`` attributes (0 <= var < extent), loop ranges, the condition of an enclosing ``if`` (its negation in
+the else branch), the branches of ``if_then_else`` and ``Select``, the left side of ``&&`` for its right side, and
+``Bind`` / ``LetStmt`` / ``Let`` values; each access to a buffer of scope shared, shared.dyn, local or warp of constant
+extent (one dimension after lowering; each dimension checked otherwise) must be provably inside it (a vector index
+``Ramp`` at both ends: the analyzer's proof, then its symbolic bounds, then its constant bounds, then, where the index's
+free variables take at most ``POINTS`` values, each value in Python integers, skipping those an enclosing condition
+excludes), else it is refused.  A view that MergeSharedMemoryAllocations declares on the dynamic shared pool is
+indexed from the pool's start: checked against the pool's size.  Global buffers are left out: their extents and
+indices come from the host; so is a buffer declared on a kernel parameter, whatever its scope (TVM passes a "shared"
+buffer that one kernel fills and the next reads as a parameter: global memory, which the host allocates).  TVM's own
+``tirx.analysis.OOBChecker`` does not read the guards (it refuses correct kernels).
+
+Unknown to the walker (a statement or expression kind it does not handle, a predicated or shuffled vector access) is
+not refused: those parts are skipped.  An exception inside the walk of a function (the analyzer refusing a binding,
+say) gives no refusal for that function and is counted in ``ANALYSIS_FAILURES``."""
+from __future__ import annotations
+
+import collections
+import contextlib
+from typing import Any
+
+ON_CHIP_SCOPES = ("shared", "shared.dyn", "local", "warp")
+POINTS = 8192  # the most values of an index's free variables tried one by one where the analyzer proves no bound
+ANALYSIS_FAILURES: collections.Counter = collections.Counter()  # exception type name -> device functions not checked
+
+_BINARY = frozenset(("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max", "EQ", "NE", "LT", "LE",
+                     "GT", "GE", "Or", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "LShift", "RShift"))
+_LOADS = ("TensorLoad", "BufferLoad")  # TVM 0.27's load (its buffer: ``source``), and the older name
+
+
+def out_of_bounds_accesses(devices: list[Any]) -> list[str]:
+    """The on-chip buffer accesses of the lowered device modules ``devices`` (``tvmx.build.lower_for_target``'s second
+    value) that the analyzer cannot prove inside their buffer, in walk order, one description each: the function, the
+    buffer, its scope, the index expression, its extent and the index's bounds as the analyzer knows them."""
+    out: list[str] = []
+    for mod in devices:
+        for gv, func in mod.functions.items():
+            if type(func).__name__ != "PrimFunc":
+                continue
+            name = str(gv.name_hint)
+            try:
+                out += _Walker(name).function(func)
+            except Exception as e:  # noqa: BLE001 - an analysis failure refuses nothing
+                ANALYSIS_FAILURES[type(e).__name__] += 1
+    return out
+
+
+def _kind(node: Any) -> str:
+    return type(node).__name__
+
+
+class _Walker:
+    """One device function's walk, one analyzer: what it knows grows with the bindings and scopes it passes."""
+
+    def __init__(self, name: str):
+        from tvm.sym.analyzer import Analyzer
+
+        self.name, self.ana, self.bad, self.threads = name, Analyzer(), [], set()
+        self.params: set = set()  # the function's parameters (handles)
+        self.passed: set = set()  # buffers declared on a parameter: host memory, whatever their scope says
+        self.conds: list = []  # the conditions known where the walk is (innermost last)
+        self.bytes: dict = {}  # allocated buffer -> its size in bytes (constant shapes)
+        self.views: dict = {}  # buffer declared on an allocation's data (merged dynamic shared memory) -> its extent
+
+    def function(self, func: Any) -> list[str]:
+        self.params = {_handle(p) for p in func.params}
+        self.stmt(func.body)
+        return self.bad
+
+    # ------------------------------------------------------------------ accesses
+    def access(self, buf: Any, indices: Any, predicate: Any = None) -> None:
+        if predicate is not None or not hasattr(buf, "scope") or buf.scope() not in ON_CHIP_SCOPES \
+                or _handle(buf) in self.passed or len(buf.shape) != len(indices):
+            return
+        shape = buf.shape
+        if _handle(buf) in self.views:  # its declared shape is one merged buffer's, its indices the pool's
+            if len(indices) != 1:
+                return
+            shape = [self.views[_handle(buf)]]
+        for idx, ext in zip(indices, shape):
+            ext = _int_imm(ext)
+            if _kind(ext) != "IntImm":
+                continue
+            if _lanes(idx) > 1 and _kind(idx) not in ("Ramp", "Broadcast"):
+                idx = self.ana.simplify(idx)  # a ramp plus a broadcast offset (a merged pool's view): one ramp
+            k = _kind(idx)
+            if k == "Ramp":
+                lo, hi = idx.base, idx.base + idx.stride * (idx.lanes - 1)
+            elif k == "Broadcast":
+                lo = hi = idx.value
+            elif _lanes(idx) == 1:
+                lo = hi = idx
+            else:  # a shuffle or another vector index: not analysed
+                continue
+            if not (self._proves(lo >= 0) and self._proves(hi < ext)):
+                b0, b1 = self.ana.const_int_bound(lo), self.ana.const_int_bound(hi)
+                if b0.min_value >= 0 and b1.max_value < int(ext):  # bounds the prover did not combine
+                    continue
+                if self.pointwise(lo, hi, ext):
+                    continue
+                self.bad.append(f"{self.name}: {buf.scope()} buffer {buf.name}[{idx}] of extent {int(ext)} is not "
+                                f"provably inside it (index bounds {_bound(b0.min_value)}..{_bound(b1.max_value)})")
+                return
+
+    def pointwise(self, lo: Any, hi: Any, ext: Any) -> bool:
+        """The bounds checked value by value of the index's free variables, where they take at most ``POINTS``
+        values together (an unrolled cooperative fetch's ``(f * 448 + tx * 4 + 1 >> 12) * 4096 + ...`` under ``f * 112
+        + tx < 4096``, which the analyzer's rules do not see through), in Python integers: a value that an enclosing
+        condition of those variables excludes is skipped.  False where an expression is not plain integer arithmetic."""
+        import itertools
+
+        from tvm.tirx.analysis import undefined_vars
+
+        free, names = [], {}
+        for v in [*undefined_vars(lo), *undefined_vars(hi)]:
+            if _handle(v) not in names:
+                names[_handle(v)] = f"v{len(free)}"
+                free.append(v)
+        ranges, points = [], 1
+        for v in free:
+            b = self.ana.const_int_bound(v)
+            points *= max(b.max_value - b.min_value + 1, 1)
+            if points > POINTS or b.min_value < -POINTS:
+                return False
+            ranges.append(range(b.min_value, b.max_value + 1))
+        try:
+            low, high = _python(lo, names), _python(hi, names)
+            guards = []
+            for c in self.conds:
+                try:
+                    guards.append(_python(c, names))
+                except _NotPlain:
+                    pass  # a condition of other variables (or not plain): it excludes no point
+            test = eval(f"lambda {', '.join(names.values())}: ({low}) >= 0 and ({high}) < {int(ext)}")  # noqa: S307
+            excluded = eval(f"lambda {', '.join(names.values())}: not ({' and '.join(guards) or 'True'})")  # noqa: S307
+        except _NotPlain:
+            return False
+        return all(excluded(*p) or test(*p) for p in itertools.product(*ranges))
+
+    def _proves(self, fact: Any) -> bool:
+        """The analyzer's proof of ``fact``: its default strength, then its symbolic bounds (which use a guard on a
+        sum, ``f * 112 + x < 1440``, for a multiple of it, ``f * 896 + x * 8 + 1 < 11520``)."""
+        from tvm.sym.analyzer import ProofStrength
+
+        return self.ana.can_prove(fact) or self.ana.can_prove(fact, ProofStrength.SYMBOLIC_BOUND)
+
+    def declared(self, buf: Any, data: Any) -> None:
+        """A buffer declared on ``data``: a parameter (host memory: not checked), or an allocation's data
+        (MergeSharedMemoryAllocations' views of one dynamic shared pool, each indexed from the pool's start: checked
+        against the pool's size in its elements), else not checked."""
+        if data is None or _handle(data) in self.params:
+            self.passed.add(_handle(buf))
+            return
+        if _kind(data) == "Call" and _op(data) == "buffer_data" and len(data.args) == 1:
+            size, width = self.bytes.get(_handle(data.args[0])), _element_bytes(buf)
+            if size is not None and width:
+                self.views[_handle(buf)] = size // width
+                return
+        self.passed.add(_handle(buf))
+
+    # ------------------------------------------------------------------ expressions
+    def expr(self, e: Any) -> None:
+        if e is None:
+            return
+        k = _kind(e)
+        if k in _LOADS:
+            for i in e.indices:
+                self.expr(i)
+            self.access(getattr(e, "buffer", None) or e.source, e.indices, getattr(e, "predicate", None))
+        elif k == "And":
+            self.expr(e.a)
+            with self.known(e.a):
+                self.expr(e.b)
+        elif k in _BINARY:
+            self.expr(e.a)
+            self.expr(e.b)
+        elif k in ("Cast", "Broadcast"):
+            self.expr(e.value)
+        elif k in ("Not", "BitwiseNot"):
+            self.expr(e.a)
+        elif k == "Ramp":
+            self.expr(e.base)
+            self.expr(e.stride)
+        elif k == "Select":
+            self.branches(e.condition, e.true_value, e.false_value, self.expr)
+        elif k == "Let":
+            self.expr(e.value)
+            self.ana.bind(e.var, e.value)
+            self.expr(e.body)
+        elif k == "Shuffle":
+            for v in e.vectors:
+                self.expr(v)
+        elif k == "Call":
+            if _op(e) == "if_then_else":
+                self.branches(*e.args, self.expr)
+            else:
+                for x in e.args:
+                    self.expr(x)
+        # anything else (Var, IntImm, FloatImm, StringImm, an unknown kind): nothing to check
+
+    def branches(self, cond: Any, then: Any, other: Any, visit: Any) -> None:
+        from tvm.tirx import Not
+
+        self.expr(cond)
+        cond = _unlikely(cond)
+        with self.known(cond):
+            visit(then)
+        if other is not None:
+            with self.known(Not(cond)):
+                visit(other)
+
+    def known(self, cond: Any) -> contextlib.ExitStack:
+        """A scope in which the analyzer knows ``cond``: one constraint a conjunct (given ``a && b`` whole, it
+        proves neither ``a`` nor ``b``)."""
+        stack = contextlib.ExitStack()
+        for c in _conjuncts(cond):
+            stack.enter_context(self.ana.constraint_scope(c))
+            self.conds.append(c)
+            stack.callback(self.conds.pop)
+        return stack
+
+    # ------------------------------------------------------------------ statements
+    def stmt(self, s: Any) -> None:
+        if s is None:
+            return
+        k = _kind(s)
+        if k == "SeqStmt":
+            for x in s.seq:
+                self.stmt(x)
+        elif k == "BufferStore":
+            self.expr(s.value)
+            for i in s.indices:
+                self.expr(i)
+            self.access(s.buffer, s.indices, getattr(s, "predicate", None))
+        elif k == "Evaluate":
+            self.expr(s.value)
+        elif k == "Bind":
+            self.expr(s.value)
+            self.ana.bind(s.var, s.value)
+        elif k == "LetStmt":
+            self.expr(s.value)
+            self.ana.bind(s.var, s.value)
+            self.stmt(s.body)
+        elif k == "IfThenElse":
+            self.branches(s.condition, s.then_case, s.else_case, self.stmt)
+        elif k == "For":
+            from tvm.ir import Range
+
+            self.expr(s.min)
+            self.expr(s.extent)
+            self.ana.bind(s.loop_var, Range.from_min_extent(s.min, s.extent))
+            self.stmt(s.body)
+        elif k == "AttrStmt":
+            if s.attr_key in ("thread_extent", "virtual_thread") and _kind(s.node).endswith("IterVar"):
+                var = s.node.var
+                if str(var.name) not in self.threads:  # one launch axis, its attribute repeated: bound once
+                    from tvm.ir import Range
+
+                    self.ana.bind(var, Range.from_min_extent(0, s.value))
+                    self.threads.add(str(var.name))
+            self.stmt(s.body)
+        elif k == "AssertStmt":
+            self.expr(s.condition)
+            self.stmt(getattr(s, "body", None))
+        elif k == "While":
+            self.expr(s.condition)
+            self.stmt(s.body)
+        elif k == "DeclBuffer":
+            self.declared(s.buffer, getattr(s, "data", None))
+            self.stmt(getattr(s, "body", None))
+        elif k == "AllocBuffer":
+            size = _size_bytes(s.buffer)
+            if size is not None:
+                self.bytes[_handle(s.buffer)] = size
+            self.stmt(getattr(s, "body", None))
+        else:  # an unknown kind: its body, if it has one
+            self.stmt(getattr(s, "body", None))
+
+
+def _unlikely(cond: Any) -> Any:
+    """``cond`` without its ``likely`` hint (the analyzer does not look through it)."""
+    while _kind(cond) == "Call" and _op(cond) == "likely":
+        cond = cond.args[0]
+    return cond
+
+
+def _conjuncts(cond: Any) -> list[Any]:
+    """``cond``'s parts joined by ``&&`` (``likely`` hints dropped)."""
+    cond = _unlikely(cond)
+    if _kind(cond) == "And":
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
+
+
+class _NotPlain(Exception):
+    """An expression ``_python`` does not translate."""
+
+
+_PY_BINARY = {"Add": "({a} + {b})", "Sub": "({a} - {b})", "Mul": "({a} * {b})", "FloorDiv": "({a} // {b})",
+              "FloorMod": "({a} % {b})", "Div": "_tdiv({a}, {b})", "Mod": "_tmod({a}, {b})", "Min": "min({a}, {b})",
+              "Max": "max({a}, {b})", "EQ": "({a} == {b})", "NE": "({a} != {b})", "LT": "({a} < {b})",
+              "LE": "({a} <= {b})", "GT": "({a} > {b})", "GE": "({a} >= {b})", "And": "({a} and {b})",
+              "Or": "({a} or {b})", "BitwiseAnd": "({a} & {b})", "BitwiseOr": "({a} | {b})",
+              "BitwiseXor": "({a} ^ {b})", "LShift": "({a} << {b})", "RShift": "({a} >> {b})"}
+
+
+def _python(e: Any, names: dict) -> str:
+    """Integer expression ``e`` as Python source over the variables ``names`` (handle -> name): raises
+    ``_NotPlain`` for anything else (a load, a call, a float, another variable)."""
+    k = _kind(e)
+    if k == "IntImm":
+        return str(int(e.value))
+    if k == "Var":
+        if _handle(e) not in names:
+            raise _NotPlain(str(e))
+        return names[_handle(e)]
+    if k in _PY_BINARY:
+        return _PY_BINARY[k].format(a=_python(e.a, names), b=_python(e.b, names))
+    if k == "Not":
+        return f"(not {_python(e.a, names)})"
+    if k == "Select":
+        return f"({_python(e.true_value, names)} if {_python(e.condition, names)} else {_python(e.false_value, names)})"
+    if k == "Cast" and _lanes(e) == 1 and str(getattr(e, "ty", None) or e.dtype).startswith(("int", "uint", "bool")):
+        return _python(e.value, names)
+    if k == "Call" and _op(e) == "likely":
+        return _python(e.args[0], names)
+    raise _NotPlain(k)
+
+
+def _tdiv(a: int, b: int) -> int:
+    """C's integer division (toward zero), TVM's ``Div`` of integers."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _tmod(a: int, b: int) -> int:
+    return a - _tdiv(a, b) * b
+
+
+def _int_imm(ext: Any) -> Any:
+    """An extent as the analyzer takes it (an int32 constant for a Python int)."""
+    if isinstance(ext, int):
+        from tvm.tirx import IntImm
+
+        return IntImm("int32", ext)
+    return ext
+
+
+def _element_bytes(buf: Any) -> int:
+    from tvm import DataType
+
+    t = DataType(str(buf.dtype))
+    return t.bits * t.lanes // 8
+
+
+def _size_bytes(buf: Any) -> int | None:
+    """An allocation's size in bytes, None for a shape not constant."""
+    n = 1
+    for x in buf.shape:
+        if _kind(x) != "IntImm":
+            return None
+        n *= int(x.value)
+    return n * _element_bytes(buf)
+
+
+def _handle(node: Any) -> Any:
+    """``node``'s identity (its C object: Python wrappers of one node differ)."""
+    return node.__chandle__() if node is not None else None
+
+
+def _op(call: Any) -> str:
+    """A call's operator without its namespace (TVM 0.27's ``prim.``, older ``tirx.``/``tir.``): "" for a call of no
+    named operator."""
+    return str(getattr(call.op, "name", "")).rpartition(".")[2]
+
+
+def _lanes(e: Any) -> int:
+    """How many lanes ``e``'s type has (1: a scalar)."""
+    from tvm import DataType
+
+    return int(DataType(str(getattr(e, "ty", None) or e.dtype)).lanes)
+
+
+def _bound(v: int) -> str:
+    return "-inf" if v <= -(1 << 62) else ("+inf" if v >= (1 << 62) else str(v))
