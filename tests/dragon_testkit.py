@@ -81,6 +81,19 @@ def prim_module(tensors: list):
     return tvm.IRModule({"main": te.create_prim_func(tensors).with_attr("global_symbol", "main")})
 
 
+def mean_variance_module():
+    """M = row sums of a 64 x 256 A, V = row sums of (A - M)^2: a reduction that reads another's result (the
+    reduction-restart rule's kernel: V placed under M's reduction loop sums again and again)."""
+    from tvm import te
+
+    a = te.placeholder((64, 256), name="A")
+    k = te.reduce_axis((0, 256), name="k")
+    m = te.compute((64,), lambda i: te.sum(a[i, k], axis=k), name="M")
+    k2 = te.reduce_axis((0, 256), name="k2")
+    v = te.compute((64,), lambda i: te.sum((a[i, k2] - m[i]) * (a[i, k2] - m[i]), axis=k2), name="V")
+    return prim_module([a, v])
+
+
 def tiny_workloads_frame():
     """Four small real kernels in three families (two dense shape classes)."""
     import pandas as pd

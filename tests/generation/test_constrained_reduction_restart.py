@@ -17,23 +17,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from dragon_testkit import feed_constraint, prim_module, tvm_accepts
+from dragon_testkit import feed_constraint, mean_variance_module, tvm_accepts
 
 TARGET = {"kind": "llvm", "num-cores": 2}
 # M = row means' sums of A, V = row sums of (A - M)^2.  l0/l1: M's row and reduction loops.
 UNDER_THE_MEANS_REDUCTION = "blk M\nblk V\nloops b0 2\nrat b1 l1\n"
 UNDER_THE_MEANS_ROW = "blk M\nblk V\nloops b0 2\nrat b1 l0\n"
-
-
-def _module():
-    from tvm import te
-
-    a = te.placeholder((64, 256), name="A")
-    k = te.reduce_axis((0, 256), name="k")
-    m = te.compute((64,), lambda i: te.sum(a[i, k], axis=k), name="M")
-    k2 = te.reduce_axis((0, 256), name="k2")
-    v = te.compute((64,), lambda i: te.sum((a[i, k2] - m[i]) * (a[i, k2] - m[i]), axis=k2), name="V")
-    return prim_module([a, v])
 
 
 def _computes_right(mod, text: str) -> bool:
@@ -66,7 +55,7 @@ def test_the_post_processing_makes_the_restarted_reduction_wrong():
     loop (data parallel) the variance computes right both ways and the rule is silent."""
     from little_dragon.generation.constrain_state import reduction_restarted_by_loop
 
-    mod = _module()
+    mod = mean_variance_module()
     assert tvm_accepts(mod, UNDER_THE_MEANS_REDUCTION)
     assert _computes_right(mod, UNDER_THE_MEANS_REDUCTION)
     assert not _computes_right(mod, UNDER_THE_MEANS_REDUCTION + "post *\n")
@@ -87,7 +76,7 @@ def test_the_constraint_refuses_the_line_and_the_end_check_the_script(engine, sm
     from little_dragon.generation.schedule_worker import finish_check
 
     clear_caches()
-    mod = _module()
+    mod = mean_variance_module()
     wl = Workload(mod, json.dumps(TARGET))
     where, c = feed_constraint(engine, wl, smollm2, UNDER_THE_MEANS_REDUCTION)
     assert where is None and c.dead and c.error.startswith("apply: block V would compute its reduction again at each "

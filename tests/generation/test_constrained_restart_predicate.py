@@ -18,7 +18,7 @@ import json
 
 import numpy as np
 import pytest
-from dragon_testkit import prim_module, tvm_accepts
+from dragon_testkit import mean_variance_module, prim_module, tvm_accepts
 
 TARGET = {"kind": "llvm", "num-cores": 2}
 # M = row sums of A, V = row sums of (A - M)^2 (as tests/generation/test_constrained_reduction_restart.py)
@@ -26,17 +26,6 @@ V_UNDER_A_PADDED_UNIT_LOOP = "blk M\nblk V\nunitloop b1\nsplit l0 _ 16\n"  # T.w
 V_GUARDED_UNDER_THE_MEANS_REDUCTION = "blk M\nblk V\nloops b0 2\nrat b1 l1\nloops b1 4\nsplit l5 _ 3\n"
 # S = row sums of A, O = sum over r < R of S * A[:, r]: S computed under O's reduction loop split by 16 (padded)
 S_UNDER_THE_READERS_PADDED_LOOP = "blk S\nblk O\nloops b1 2\nsplit l1 _ 16\nat b0 l3\n"
-
-
-def _mv_module():
-    from tvm import te
-
-    a = te.placeholder((64, 256), name="A")
-    k = te.reduce_axis((0, 256), name="k")
-    m = te.compute((64,), lambda i: te.sum(a[i, k], axis=k), name="M")
-    k2 = te.reduce_axis((0, 256), name="k2")
-    v = te.compute((64,), lambda i: te.sum((a[i, k2] - m[i]) * (a[i, k2] - m[i]), axis=k2), name="V")
-    return prim_module([a, v])
 
 
 def _so_module(r_extent: int):
@@ -85,7 +74,7 @@ def _end_check(mod, text: str) -> str:
 def test_a_padding_guard_that_runs_the_first_iteration_only_is_no_restart():
     """V under a unit loop split by 16: `u_0 * 16 + u_1 < 1` runs it at u_1 = 0 only, so the post-processed kernel
     computes right, and the rule and the end check accept it (they refused it for the 16 iterations of u_1)."""
-    mod = _mv_module()
+    mod = mean_variance_module()
     assert tvm_accepts(mod, V_UNDER_A_PADDED_UNIT_LOOP)
     a, v = _outputs(mod, V_UNDER_A_PADDED_UNIT_LOOP)
     centred = a - a.sum(1, keepdims=True)
@@ -97,7 +86,7 @@ def test_a_padding_guard_that_runs_the_first_iteration_only_is_no_restart():
 def test_a_guard_on_the_blocks_own_loops_still_restarts():
     """V under the mean's reduction loop with its own reduction loop split by 3 (`ax1_0 * 3 + ax1_1 < 256`): the
     guard says nothing of the mean's loop, the kernel is wrong after post-processing, and the rule still refuses."""
-    mod = _mv_module()
+    mod = mean_variance_module()
     assert tvm_accepts(mod, V_GUARDED_UNDER_THE_MEANS_REDUCTION)
     a, v = _outputs(mod, V_GUARDED_UNDER_THE_MEANS_REDUCTION)
     centred = a - a.sum(1, keepdims=True)
