@@ -179,7 +179,7 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
             nv += 1
     # queries below add instructions to the trace; they come after the enumeration above
     st = ScheduleState(blocks, loops, nv, [], {}, {}, {}, {}, {}, {}, annotations=annotations)
-    params = _param_buffers(sch)
+    params = _param_buffers(sch.mod)
     not_inlinable, roots, outputs = set(), set(), set()
     producers: dict[int, list[int]] = {}  # live block -> its producers' (consumers') block handles
     consumers: dict[int, list[int]] = {}
@@ -552,10 +552,10 @@ def _blocks_under_loops(sch: Any) -> dict[int, set[int]]:
     return under
 
 
-def _param_buffers(sch: Any) -> set[int]:
-    """Handles of the scheduled functions' parameters (a block writing one is an output block: TVM 0.27's
+def _param_buffers(mod: Any) -> set[int]:
+    """Handles of ``mod``'s functions' parameters (a block writing one is an output block: TVM 0.27's
     regions name their buffer variable, ``TensorRegion.source``, and the parameters are those variables)."""
-    return {hash(p) for f in sch.mod.functions.values() for p in getattr(f, "params", ())}
+    return {hash(p) for f in mod.functions.values() for p in getattr(f, "params", ())}
 
 
 def _block_names(sch: Any) -> list[str]:
@@ -823,7 +823,7 @@ def read_before_written(sch: Any) -> list[str]:
     # before it (its enclosing ones included) writes that buffer.  Session 24: `reindex` of the update block inside a
     # blockized softmax sum gave it a fresh scalar to accumulate into, while the outer block's init still wrote the
     # old buffer: the sum started from garbage
-    params = _param_buffers(sch)
+    params = _param_buffers(sch.mod)
     for i, p in enumerate(blocks):
         if p.block.init is not None:
             continue
@@ -907,7 +907,7 @@ def reduction_restarted_by_loop(mod: Any) -> list[str]:
 
     for body in _function_bodies(mod):
         walk(body, [], [], frozenset())
-    params = {hash(p) for f in mod.functions.values() for p in getattr(f, "params", ())}
+    params = _param_buffers(mod)
 
     def read_at_first_only(realize: Any, loop: Any, around: frozenset[int]) -> bool:
         """Whether what ``realize``'s block writes is read at the first iteration of ``loop`` only (not counting the
@@ -981,7 +981,7 @@ def in_place_fold_candidates(mod: Any) -> list[list[str]]:
     from tvm.tirx import For, analysis
     from tvm_ffi import structural_equal
 
-    params = {hash(p) for f in mod.functions.values() for p in getattr(f, "params", ())}
+    params = _param_buffers(mod)
 
     def candidate(realize: Any, loops: list[Any]) -> list[str]:
         used = {hash(v) for b in realize.iter_values for v in analysis.undefined_vars(b, [])}

@@ -376,7 +376,8 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
 # 1,219 records (387 refused, 832 accepted; 94 -> 20 ms a kernel) and on 1,214 CPU lowerings (the llvm harvest's 305
 # records, 851 CPU sealed attempts: 400 correct and 451 the judge failed; 113 refused; 24 -> 10 ms) but one: a CPU
 # kernel that ThreadSync refuses only after the common-subexpression pass ("Cannot insert syncs inside condition"),
-# which the judge's build then refuses (a lost attempt, not a wrong score).  Both sides of ``_lowers_as_empty`` leave them out alike, so its no-op test refuses a subset of what it did.
+# which the judge's build then refuses (a lost attempt, not a wrong score).  Both sides of ``_lowers_as_empty`` leave
+# them out alike, so its no-op test refuses a subset of what it did.
 END_CHECK_SKIPPED_PASSES = ("tirx.CommonSubexprElim", "tirx.StmtSimplify", "tirx.RemoveNoOp",
                             "s_tir.RenormalizeSplitPattern")
 
