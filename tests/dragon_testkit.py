@@ -81,6 +81,26 @@ def prim_module(tensors: list):
     return tvm.IRModule({"main": te.create_prim_func(tensors).with_attr("global_symbol", "main")})
 
 
+# the H200's target as the harvest and the evaluation give it (the end check's and the constraint's CUDA tests)
+H200_TARGET = {"arch": "sm_90", "kind": "cuda", "max_shared_memory_per_block": 49152, "max_threads_per_block": 1024,
+               "thread_warp_size": 32}
+
+
+def end_check(mod, text: str, target) -> str:
+    """``schedule_worker.finish_check``'s verdict on script ``text`` (its `post` section included) for ``mod`` on
+    ``target`` (a dict, a JSON string or a Target): "" when the constraint would let the attempt end there."""
+    import json
+
+    import tvm
+
+    from little_dragon.codec.postproc import PostprocContext
+    from little_dragon.generation.schedule_worker import finish_check
+
+    if isinstance(target, (dict, str)):
+        target = tvm.target.Target(json.loads(target) if isinstance(target, str) else target)
+    return finish_check(mod, PostprocContext(mod, target), text)
+
+
 def mean_variance_module():
     """M = row sums of a 64 x 256 A, V = row sums of (A - M)^2: a reduction that reads another's result (the
     reduction-restart rule's kernel: V placed under M's reduction loop sums again and again)."""

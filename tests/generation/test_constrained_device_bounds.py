@@ -8,10 +8,12 @@ same reduction over an axis as wide as its threads, and an access out of range o
 it.  Real parts: TVMScript kernels at small sizes, TVM's lowering for CUDA (no GPU, no nvcc)."""
 from __future__ import annotations
 
-import pytest
+import json
 
-TARGET = ('{"arch": "sm_90", "kind": "cuda", "max_shared_memory_per_block": 49152, "max_threads_per_block": 1024, '
-          '"thread_warp_size": 32}')
+import pytest
+from dragon_testkit import H200_TARGET
+
+TARGET = json.dumps(H200_TARGET)
 HEADER = "from tvm.script import ir as I\nfrom tvm.script import tirx as T\n"
 
 # a row sum over 7 columns into a (4, {width}) shared buffer, the spatial axis {width} wide on threadIdx.x of

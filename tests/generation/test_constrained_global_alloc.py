@@ -13,10 +13,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from dragon_testkit import prim_module
+from dragon_testkit import H200_TARGET, prim_module
 
-TARGET = ('{"arch": "sm_90", "kind": "cuda", "max_shared_memory_per_block": 49152, "max_threads_per_block": 1024, '
-          '"thread_warp_size": 32}')
+TARGET = json.dumps(H200_TARGET)
 
 # the model's script of the 3 sealed build errors (`cat … = 4`: 64 threads there; 16 here, for 16 rows): T_multiply_red
 # computed at rsqrt's loop (`at b2 = 0`), which `post *` binds to threadIdx.x under a one-block blockIdx.x

@@ -10,10 +10,9 @@ real CUDA databases.
 """
 from __future__ import annotations
 
-from dragon_testkit import CODEC_DATA, prim_module, real_records
+from dragon_testkit import CODEC_DATA, H200_TARGET, prim_module, real_records
 
-H200 = {"arch": "sm_90", "kind": "cuda", "max_shared_memory_per_block": 49152, "max_threads_per_block": 1024,
-        "thread_warp_size": 32}
+H200 = H200_TARGET
 
 # the sealed attempt's script (bias + SiLU, 8,192 x 8,192 float16), at 256 x 256
 TILED = """blk out

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from dragon_testkit import end_check
 
 TARGET = {"kind": "llvm", "num-cores": 2}
 SPLIT_THE_OUTPUT = "blk Out\nloops b0 2\ntile l1 = 4 64\npost *\n"  # any script: the fold is in the kernel below
@@ -89,21 +90,12 @@ def _computes_right(mod, storage_rewrite: bool = True) -> bool:
     return bool(np.allclose(out.numpy(), want, rtol=1e-4))
 
 
-def _end_check(mod, text: str) -> str:
-    import tvm
-
-    from little_dragon.codec.postproc import PostprocContext
-    from little_dragon.generation.schedule_worker import finish_check
-
-    return finish_check(mod, PostprocContext(mod, tvm.target.Target(TARGET)), text)
-
-
 @pytest.mark.parametrize("placement", sorted(_NESTS))
 def test_the_fold_is_what_breaks_the_kernel_and_the_end_check_refuses_it(placement):
     mod = _folding_module(placement)
     assert not _computes_right(mod)                        # what the judge sees: a wrong result
     assert _computes_right(mod, storage_rewrite=False)     # the schedule itself is right
-    why = _end_check(mod, SPLIT_THE_OUTPUT)
+    why = end_check(mod, SPLIT_THE_OUTPUT, TARGET)
     assert why.startswith("in-place fold:") and "block R" in why and "apache/tvm#759" in why, why
 
 
@@ -130,7 +122,7 @@ def test_the_same_blocks_in_loops_of_their_own_are_accepted():
     mod = _folding_module("apart")
     assert _computes_right(mod)
     assert in_place_fold_candidates(mod) == []
-    assert _end_check(mod, SPLIT_THE_OUTPUT) == ""
+    assert end_check(mod, SPLIT_THE_OUTPUT, TARGET) == ""
 
 
 # lowered code as StorageRewrite leaves a fold (S updated in place), the update in the else branch of a column guard

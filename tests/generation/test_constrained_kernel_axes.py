@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 
-from dragon_testkit import ROW_SUM_HEAD, feed_constraint, prefix_state, prim_module, tvm_accepts
+from dragon_testkit import H200_TARGET, ROW_SUM_HEAD, feed_constraint, prefix_state, prim_module, tvm_accepts
 
-H200 = {"arch": "sm_90", "kind": "cuda", "max_shared_memory_per_block": 49152, "max_threads_per_block": 1024,
-        "thread_warp_size": 32}
+H200 = H200_TARGET
 
 # the sealed attempt's script (its workload at 256 rows instead of 8,192), up to the line the rule masks
 HEAD = ROW_SUM_HEAD

@@ -18,7 +18,7 @@ import json
 
 import numpy as np
 import pytest
-from dragon_testkit import mean_variance_module, prim_module, tvm_accepts
+from dragon_testkit import end_check, mean_variance_module, prim_module, tvm_accepts
 
 TARGET = {"kind": "llvm", "num-cores": 2}
 # M = row sums of A, V = row sums of (A - M)^2 (as tests/generation/test_constrained_reduction_restart.py)
@@ -62,15 +62,6 @@ def _restart(mod, text: str) -> list[str]:
     return reduction_restarted_by_loop(replay(mod, codec.decode(text, codec.SyntaxOnlyContext())).sch.mod)
 
 
-def _end_check(mod, text: str) -> str:
-    import tvm
-
-    from little_dragon.codec.postproc import PostprocContext
-    from little_dragon.generation.schedule_worker import finish_check
-
-    return finish_check(mod, PostprocContext(mod, tvm.target.Target(TARGET)), text + "post *\n")
-
-
 def test_a_padding_guard_that_runs_the_first_iteration_only_is_no_restart():
     """V under a unit loop split by 16: `u_0 * 16 + u_1 < 1` runs it at u_1 = 0 only, so the post-processed kernel
     computes right, and the rule and the end check accept it (they refused it for the 16 iterations of u_1)."""
@@ -80,7 +71,7 @@ def test_a_padding_guard_that_runs_the_first_iteration_only_is_no_restart():
     centred = a - a.sum(1, keepdims=True)
     assert np.allclose(v, (centred * centred).sum(1), rtol=1e-4)
     assert _restart(mod, V_UNDER_A_PADDED_UNIT_LOOP) == []
-    assert _end_check(mod, V_UNDER_A_PADDED_UNIT_LOOP) == ""
+    assert end_check(mod, V_UNDER_A_PADDED_UNIT_LOOP + "post *\n", TARGET) == ""
 
 
 def test_a_guard_on_the_blocks_own_loops_still_restarts():
@@ -92,7 +83,8 @@ def test_a_guard_on_the_blocks_own_loops_still_restarts():
     centred = a - a.sum(1, keepdims=True)
     assert not np.allclose(v, (centred * centred).sum(1), rtol=1e-4)
     assert _restart(mod, V_GUARDED_UNDER_THE_MEANS_REDUCTION) == ["V", "k", "256"]
-    assert _end_check(mod, V_GUARDED_UNDER_THE_MEANS_REDUCTION).startswith("block V would compute its reduction")
+    why = end_check(mod, V_GUARDED_UNDER_THE_MEANS_REDUCTION + "post *\n", TARGET)
+    assert why.startswith("block V would compute its reduction")
 
 
 @pytest.mark.parametrize(("r_extent", "right"), [(1, True), (2, False)])

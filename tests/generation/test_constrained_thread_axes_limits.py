@@ -17,10 +17,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from dragon_testkit import prim_module
+from dragon_testkit import H200_TARGET, prim_module
 
-H200 = {"arch": "sm_90", "kind": "cuda", "max_shared_memory_per_block": 49152, "max_threads_per_block": 1024,
-        "thread_warp_size": 32}
+H200 = H200_TARGET
 
 # S[i] = sum_k A[i, k] over 8 x 16: l0 (i), l1 (k); k split 4 x 4 (l2, l3), i on blockIdx.x
 ROW_SUM = "blk S\nloops b0 2\nsplit l1 4 _\nbind l0 bx\n"

@@ -18,11 +18,10 @@ import json
 
 import numpy as np
 import pytest
-from dragon_testkit import feed_constraint, prim_module, tvm_accepts
+from dragon_testkit import H200_TARGET, end_check, feed_constraint, prim_module, tvm_accepts
 
 LLVM = {"kind": "llvm", "num-cores": 2}
-H200 = {"arch": "sm_90", "kind": "cuda", "max_shared_memory_per_block": 49152, "max_threads_per_block": 1024,
-        "thread_warp_size": 32}
+H200 = H200_TARGET
 HEAD = "blk B\nloops b0 2\n"  # B = A * 2 over 16 x 16: l0 (i), l1 (j)
 # i and j split by 1, the unit loops innermost: `vthread.x` 1 in `vthread.x` 1 (as two of the sealed attempts)
 UNIT_IN_UNIT = HEAD + "split l0 _ 1\nsplit l1 _ 1\nreorder l2 l4 l3 l5\nbind l3 vx\nbind l5 vx\n"
@@ -67,15 +66,6 @@ def _computes_right(mod, text: str) -> bool:
     return bool(np.allclose(out.numpy(), 2 * a))
 
 
-def _end_check(mod, text: str) -> str:
-    import tvm
-
-    from little_dragon.codec.postproc import PostprocContext
-    from little_dragon.generation.schedule_worker import finish_check
-
-    return finish_check(mod, PostprocContext(mod, tvm.target.Target(LLVM)), text + "post *\n")
-
-
 def _cuda_device_code(mod, text: str) -> str:
     """The device code of ``text``'s kernel lowered for the H200 up to code generation (no GPU needed)."""
     import tvm
@@ -97,7 +87,7 @@ def test_unit_virtual_threads_nested_in_each_other_are_allowed(engine, smollm2, 
     assert tvm_accepts(mod, text)
     assert _computes_right(mod, text)
     assert nested_thread_bindings(_schedule(mod, text)) == []
-    assert _end_check(mod, text) == ""
+    assert end_check(mod, text + "post *\n", LLVM) == ""
     assert feed_constraint(engine, Workload(mod, json.dumps(LLVM)), smollm2, text)[0] is None
 
 
@@ -116,7 +106,7 @@ def test_a_virtual_thread_nested_with_a_longer_one_is_still_refused(engine, smol
         assert not _computes_right(mod, text)
     clash = nested_thread_bindings(_schedule(mod, text))
     assert len(clash) == 2 and all("vthread.x" in c and "a virtual thread" in c for c in clash), clash
-    assert _end_check(mod, text).startswith("nested thread binding")
+    assert end_check(mod, text + "post *\n", LLVM).startswith("nested thread binding")
     workload = Workload(mod, json.dumps(LLVM))
     assert feed_constraint(engine, workload, smollm2, text[:text.rindex("bind")])[0] is None
     assert feed_constraint(engine, workload, smollm2, text)[0] is not None  # the last `bind` masked
