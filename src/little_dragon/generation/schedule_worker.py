@@ -41,6 +41,7 @@ from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleStat
                                                      read_before_written, reduction_restarted_by_loop,
                                                      repeated_in_place_update, replay)
 from little_dragon.generation.device_bounds import out_of_bounds_accesses
+from little_dragon.generation.launch_scopes import launch_scope_message, reads_outside_launch_scope
 from little_dragon.tvmx.schedule import fingerprint, fresh_schedule
 
 TIMEOUT_S = 120.0  # one request: a line's apply takes milliseconds, a cut attempt's post-processing seconds at most
@@ -270,6 +271,10 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
       which then reads device memory and segfaults; ``post *`` leaves a block annotated as tiled unbound);
     - on an accelerator, leave no block touching a tensor-core fragment element by element (``fragment_elements``: a
       tensorization that did not happen; TVM lowers it and nvcc refuses the code);
+    - on an accelerator, read no shared or local buffer in a block outside a ``blockIdx`` (shared) or thread (local)
+      loop that its writer is under, in one kernel (``launch_scopes.reads_outside_launch_scope``: that memory is a
+      thread block's or a thread's own, so such a block reads what its own did not write; session 20's H200 sealed
+      run, a wrong result);
     - strip its layout-rewrite pre-processing blocks, as MetaSchedule's builder does first (a block annotated as one
       that is not one fails there);
     - lower for the target (``tvmx.build.lower_for_target``: the build's passes without code generation; on the H200
@@ -328,6 +333,9 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
         if scalar:
             return (f"untensorized fragment: block {scalar[0]} reads or writes the tensor-core fragment {scalar[1]} "
                     "element by element (its tensorization did not happen; nvcc refuses the code)")
+        unshared = reads_outside_launch_scope(sch.mod) if on_device else []
+        if unshared:
+            return launch_scope_message(unshared)
     except Exception as e:  # noqa: BLE001 - any failure of the derivation: not finished, and why
         return f"{type(e).__name__}: {str(e).strip()[:300]}"
     transforms = _transforms(text)
