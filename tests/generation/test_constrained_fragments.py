@@ -38,14 +38,17 @@ def _cut(lines, k):
 
 def test_a_cut_inside_the_fragments_is_refused_at_the_end(record):
     """Cut after 53 to 80 lines (the accumulator's fragment stage and its store written, the inputs' fragments not yet
-    tensorized) the end check names the scalar block and its fragment; cut after 81 lines (the last input
+    tensorized) the end check refuses it, naming the scalar block and its fragment (after 80, TVM's lowering does); cut after 81 lines (the last input
     tensorized) and the whole record pass, as before 53 lines nothing touches a fragment."""
     from little_dragon.generation.schedule_worker import finish_check
 
     mod, _, ctx, lines = record
-    for k in (53, 58, 64, 72, 80):
+    for k in (53, 58, 64, 72):
         why = finish_check(mod, ctx, _cut(lines, k))
         assert why.startswith("untensorized fragment: block ") and "wmma." in why, (k, why)
+    # after 80 lines TVM's lowering refuses the fragments first (the rule reads the lowered kernel's allocations)
+    why = finish_check(mod, ctx, _cut(lines, 80))
+    assert why.startswith("lowering: ") and "fragment" in why and "wmma.matrix_b" in why, why
     for k in (38, 81, len(lines)):
         assert finish_check(mod, ctx, _cut(lines, k)) == "", k
     assert not finish_check(mod, ctx, _cut(lines, 52)).startswith("untensorized")  # RewriteUnboundBlock's refusal
@@ -102,3 +105,71 @@ def test_an_attempt_cut_inside_the_fragments_ends_before_them(record, smollm2):
     sch = fresh_schedule(mod)
     assert check_module_script(script, mod, wl.post_context, schedule=sch).valid
     assert fragment_elements(sch) == []
+
+
+# B = 2 A over 64 x 64, A read through a `wmma.accumulator` stage: at the root (session 21's correct rms_norm attempt:
+# its own kernel, the stage host memory passed to both kernels), or computed inside B's kernel (a fragment there)
+ROOT_STAGE = "blk B\ncread b0 0 wmma.accumulator\npost *\n"
+KERNEL_STAGE = ("blk B\ncread b0 0 wmma.accumulator\nloops b0 2\nfuse l0 l1\nsplit l2 _ 256\nbind l3 bx\nbind l4 tx\n"
+                "at b1 l4\npost *\n")
+
+
+@pytest.fixture(scope="module")
+def doubled():
+    from tvm import te
+
+    from dragon_testkit import prim_module
+
+    a = te.placeholder((64, 64), name="A")
+    return prim_module([a, te.compute((64, 64), lambda i, j: a[i, j] * 2.0, name="B")])
+
+
+def _scheduled(mod, text):
+    from dragon_testkit import H200_TARGET
+
+    from little_dragon import codec
+    from little_dragon.tvmx.schedule import fresh_schedule
+
+    sch = fresh_schedule(mod)
+    codec.apply(text, sch, codec.PostprocContext(mod, H200_TARGET))
+    return sch
+
+
+def test_a_fragment_stage_the_host_allocates_is_not_refused(doubled):
+    """Both stages touch the fragment element by element (``fragment_elements`` names them); only the one inside the
+    kernel is a fragment there (``device_allocations``) and refused."""
+    import tvm
+    from dragon_testkit import H200_TARGET, end_check
+
+    from little_dragon.generation.constrain_state import fragment_elements
+    from little_dragon.generation.schedule_worker import device_allocations
+    from little_dragon.tvmx.build import lower_for_target
+
+    for text, in_kernel in ((ROOT_STAGE, False), (KERNEL_STAGE, True)):
+        sch = _scheduled(doubled, text)
+        assert fragment_elements(sch)[1] == "A_wmma.accumulator"
+        devices = lower_for_target(sch.mod, tvm.target.Target(H200_TARGET))[1]
+        assert ("A_wmma.accumulator" in device_allocations(devices)) is in_kernel
+    assert end_check(doubled, ROOT_STAGE, H200_TARGET) == ""
+    assert end_check(doubled, KERNEL_STAGE, H200_TARGET).startswith(
+        "untensorized fragment: block A_wmma.accumulator reads or writes the tensor-core fragment A_wmma.accumulator")
+
+
+def test_cuda_code_generation_agrees(doubled, tmp_path):
+    """TVM's CUDA code generation refuses the kernel's fragment (no wmma shape: it is no fragment of an intrinsic)
+    and generates the root stage's code as plain pointers, which nvcc compiles where the machine has it."""
+    import tvm
+    from dragon_testkit import H200_TARGET
+
+    from little_dragon.tvmx.build import fast_build
+
+    target = tvm.target.Target(H200_TARGET)
+    with pytest.raises(Exception, match="Cannot find shape of the wmma fragment A_wmma.accumulator"):
+        fast_build(_scheduled(doubled, KERNEL_STAGE).mod, target)
+    source = fast_build(_scheduled(doubled, ROOT_STAGE).mod, target).imports[0].inspect_source()
+    assert "wmma::fragment" not in source
+    if shutil.which("nvcc") is not None:
+        (tmp_path / "root.cu").write_text(source)
+        out = subprocess.run(["nvcc", "-arch=sm_90", "-c", str(tmp_path / "root.cu"), "-o", str(tmp_path / "root.o")],
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]

@@ -252,6 +252,31 @@ def _unchanged(live: LiveSchedule, mod: Any, key: Any) -> bool:
     return have == want and bool(tvm_ffi.structural_equal(live.sch.mod, mod))
 
 
+def device_allocations(devices: list[Any]) -> set[str]:
+    """The names of the buffers that the lowered device modules ``devices`` allocate inside a kernel.  A tensor-core
+    fragment allocated there is a ``nvcuda::wmma::fragment`` in the CUDA, which a plain statement cannot use; one
+    allocated at the root is the host's, a kernel parameter that TVM prints as a plain pointer, and nvcc compiles the
+    element-by-element code on it (session 21's correct rms_norm attempt refused three times before: the fragment
+    stage of a copy at the root; of the 52 H200 scripts ``fragment_elements`` names, the 51 build or verify errors all
+    allocate it in a kernel: results/constrained-decoding/cpu-s27/helperB/)."""
+    from tvm.tirx import AllocBuffer
+
+    from little_dragon.generation.constrain_state import _function_bodies, _inner_stmts
+
+    names: set[str] = set()
+
+    def walk(stmt: Any) -> None:
+        if isinstance(stmt, AllocBuffer):
+            names.add(str(stmt.buffer.name))
+        for x in _inner_stmts(stmt):
+            walk(x)
+
+    for mod in devices:
+        for body in _function_bodies(mod):
+            walk(body)
+    return names
+
+
 def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str:
     """Why ``text`` (a script ending in ``post *``) is not a finished kernel of ``mod``; "" when it is: the
     constraint's end-of-script check, and how a cut attempt is finished.  The script must
@@ -269,8 +294,9 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
       TVM makes them one index, the block runs their diagonal; session 26's H200 sealed run, a wrong result);
     - on an accelerator, leave no block outside its kernels (``host_blocks``: TVM builds it into the host function,
       which then reads device memory and segfaults; ``post *`` leaves a block annotated as tiled unbound);
-    - on an accelerator, leave no block touching a tensor-core fragment element by element (``fragment_elements``: a
-      tensorization that did not happen; TVM lowers it and nvcc refuses the code);
+    - on an accelerator, leave no block touching a tensor-core fragment element by element where a kernel allocates
+      the fragment (``fragment_elements``, ``device_allocations``: a tensorization that did not happen; TVM lowers it
+      and nvcc refuses the code; a fragment stage at the root is host memory, a plain pointer in the kernels);
     - on an accelerator, read no shared or local buffer in a block outside a ``blockIdx`` (shared) or thread (local)
       loop that its writer is under, in one kernel (``launch_scopes.reads_outside_launch_scope``: that memory is a
       thread block's or a thread's own, so such a block reads what its own did not write; session 20's H200 sealed
@@ -329,10 +355,7 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
         if host:
             return (f"host code: block {host[0]} is under no blockIdx/threadIdx loop, so the host would compute it on "
                     "device memory")
-        scalar = fragment_elements(sch, placed) if on_device else []
-        if scalar:
-            return (f"untensorized fragment: block {scalar[0]} reads or writes the tensor-core fragment {scalar[1]} "
-                    "element by element (its tensorization did not happen; nvcc refuses the code)")
+        scalar = fragment_elements(sch, placed) if on_device else []  # refused below if a kernel allocates it
         unshared = reads_outside_launch_scope(sch.mod) if on_device else []
         if unshared:
             return launch_scope_message(unshared)
@@ -357,6 +380,9 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
     if over:
         return (f"launch over CUDA's limits: kernel {over[0][0]} launches {over[0][2]} along {over[0][1]}, and CUDA "
                 f"allows at most {over[0][3]}")
+    if scalar and scalar[1] in device_allocations(lowered[1]):
+        return (f"untensorized fragment: block {scalar[0]} reads or writes the tensor-core fragment {scalar[1]} "
+                "element by element (its tensorization did not happen; nvcc refuses the code)")
     allocated = device_global_allocations(lowered[1]) if on_device else []
     if allocated:
         return (f"device kernel allocates global memory: buffer {allocated[0]} is allocated inside a kernel in global "
