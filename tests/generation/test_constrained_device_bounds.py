@@ -169,3 +169,56 @@ def test_guards_of_hand_written_device_code(bad: str):
         assert len(found) == 1 and "shared buffer S[threadIdx_x] of extent 16" in found[0], found
     else:
         assert found == []
+
+
+# lowered-style device code whose loop of {n} iterations TVM's UnrollLoop writes out, one in-bounds shared read
+# ``S[(threadIdx_x + k) % 16]`` an iteration, and the unguarded ``S[threadIdx_x]`` (32 threads, 16 floats) before
+# (``{before}``) or after (``{after}``) it
+_UNROLLED = """
+@I.ir_module
+class Module:
+    @T.prim_func
+    def main_kernel(A_ptr: T.handle("float32", "global")):
+        T.func_attr({{"calling_conv": 2, "tirx.is_global_func": True, "tirx.noalias": True}})
+        A = T.decl_buffer((64,), data=A_ptr)
+        with T.launch_thread("blockIdx.x", 2) as blockIdx_x:
+            S = T.alloc_shared((16,))
+            with T.launch_thread("threadIdx.x", 32) as threadIdx_x:
+{before}                for k in T.unroll({n}):
+                    A[blockIdx_x * 32 + threadIdx_x] = A[blockIdx_x * 32 + threadIdx_x] + S[(threadIdx_x + k) % 16]
+{after}"""
+
+
+def _unrolled(n: int, before: str = "", after: str = "") -> list:
+    """``_UNROLLED`` unrolled by TVM's UnrollLoop (as the lowering does): a device module of ``n`` copies."""
+    import tvm
+
+    from little_dragon.workloads.store import module_from_script
+
+    mod = module_from_script(HEADER + _UNROLLED.format(n=n, before=before, after=after))
+    return [tvm.tirx.transform.UnrollLoop()(mod)]
+
+
+@pytest.mark.parametrize("n,refused", [(16, True), (32768, False)])
+def test_an_unrolled_kernel_past_the_budget_is_not_refused(n: int, refused: bool):
+    """16 unrolled reads: the unguarded read after them is refused.  32,768 (~1 million steps, ~1.7 s unbounded): the
+    walk stops at ``BUDGET``, well before the unguarded read, and refuses nothing (its time: helperB's bench.py, not
+    a timed test)."""
+    from little_dragon.generation.device_bounds import OVER_BUDGET, out_of_bounds_accesses
+
+    devices = _unrolled(n, after=UNGUARDED)
+    stopped = sum(OVER_BUDGET.values())
+    found = out_of_bounds_accesses(devices)
+    assert sum(OVER_BUDGET.values()) == stopped + (not refused)
+    if refused:
+        assert len(found) == 1 and "shared buffer S[threadIdx_x] of extent 16" in found[0], found
+    else:
+        assert found == []
+
+
+def test_what_the_walk_finds_before_the_budget_stands():
+    """The unguarded read before the 32,768 unrolled reads: found before the budget is spent, and refused."""
+    from little_dragon.generation.device_bounds import out_of_bounds_accesses
+
+    found = out_of_bounds_accesses(_unrolled(32768, before=UNGUARDED))
+    assert len(found) == 1 and "shared buffer S[threadIdx_x] of extent 16" in found[0], found
