@@ -56,6 +56,9 @@ _NESTS = {
     "columns": ("for i, j in T.grid(64, 256):", "j", ""),
     "guarded": ("for i, j0, j1 in T.grid(64, 22, 12):", "j0 * 12 + j1", "T.where(j0 * 12 + j1 < 256)\n    "),
     "unrolled": ("for i in range(64):\n    for j in T.unroll(256):", "j", ""),
+    # an unrolled padding loop (`T.where(u < 1)`): lowered, nine dead copies of the update under `if k < 1` (k = 1..9,
+    # the end check's lowering leaves them unsimplified) that the rule took for other writes of S (session 25's miss)
+    "padded_unrolled": ("for i, j in T.grid(64, 256):\n    for u in T.unroll(10):", "j", "T.where(u < 1)\n    "),
 }
 
 
@@ -160,3 +163,58 @@ def test_an_update_in_an_else_branch_runs_where_its_guard_does_not(guard, runs):
         want = 1 / np.sqrt(want + 1)
     assert np.allclose(s.numpy(), want)
     assert repeated_in_place_update([mod], {"S"}) == ([] if runs == 1 else ["S", "loop j"])
+
+
+# S = row sums of A^2, R = rsqrt(S / 256 + eps) under a fused loop f whose guard picks R's row (`i + f % 512` where
+# `f % 512 < 1`), read from S directly or through a copy stage Sc (a `cread`); Out = A R (2 B)
+_FUSED_KERNEL = """from tvm.script import ir as I
+from tvm.script import tirx as T
+
+@I.ir_module
+class Module:
+    @T.prim_func(s_tir=True)
+    def main(A: T.Buffer((64, 256), "float32"), B: T.Buffer((256,), "float32"), Out: T.Buffer((64, 256), "float32")):
+        T.func_attr({"tirx.noalias": True})
+        S = T.sblock_alloc_buffer((64,))
+        Sc = T.sblock_alloc_buffer((64,))
+        R = T.sblock_alloc_buffer((64,))
+        for i, k in T.grid(64, 256):
+            with T.sblock("S"):
+                v_i, v_k = T.axis.remap("SR", [i, k])
+                with T.init():
+                    S[v_i] = T.float32(0.0)
+                S[v_i] = S[v_i] + A[v_i, v_k] * A[v_i, v_k]
+        for i in range(64):
+            with T.sblock("Sc"):
+                v_i = T.axis.spatial(64, i)
+                Sc[v_i] = S[v_i]
+        for i, f in T.grid(64, 2048):
+            with T.sblock("R"):
+                v_i = T.axis.spatial(64, i + f %% 512)
+                T.where(%s)
+                R[v_i] = T.rsqrt(%s[v_i] / T.float32(256.0) + T.float32(1e-05))
+        for i, j in T.grid(64, 256):
+            with T.sblock("Out"):
+                v_i, v_j = T.axis.remap("SS", [i, j])
+                Out[v_i, v_j] = A[v_i, v_j] * R[v_i] * (B[v_j] * T.float32(2.0))
+"""
+
+
+@pytest.mark.parametrize("read", ["S", "Sc"])
+@pytest.mark.parametrize(("guard", "runs_twice"), [("f % 512 < 1", True), ("f < 1", False)])
+def test_a_fused_guard_that_runs_the_block_again_at_a_later_iteration(read, guard, runs_twice):
+    """`f % 512 < 1` runs R at f = 0, 512, 1024 and 1536, each time for row i (session 25's CPU sealed `rms_norm`
+    wrong result: the rule looked for a loop R does not use, and at the guard's first two iterations only).  Folded,
+    R applies the rsqrt to its row four times: wrong with the pass, right without, refused, also when R reads S
+    through a copy stage (the pass folds S, Sc and R into one buffer).  `f < 1` runs R once a row: right, and
+    accepted."""
+    from little_dragon.workloads.store import module_from_script
+
+    mod = module_from_script(_FUSED_KERNEL % (guard, read))
+    assert _computes_right(mod, storage_rewrite=False)
+    assert _computes_right(mod) != runs_twice
+    why = end_check(mod, SPLIT_THE_OUTPUT, TARGET)
+    if runs_twice:
+        assert why.startswith("in-place fold:") and "block R's output R the storage of S" in why, why
+    else:
+        assert why == "", why

@@ -852,6 +852,30 @@ def _first_iteration_only(predicate: Any, loop: Any, loops: list[Any]) -> bool:
     return bool(analyzer.can_prove(Not(predicate)))
 
 
+def _idempotent_update(store: Any) -> bool:
+    """Whether ``store`` (a block's body, a lowered store) is `X[i] = max(X[i], v)` or `min` (either operand order),
+    ``v`` not reading ``X``: running it again over the same ``v`` leaves ``X`` as it was, so an init hoisted above a
+    loop that repeats the reduction changes nothing (a softmax's row max, session 23's CPU sealed attempt the judge
+    scored correct), and neither does an in-place fold that repeats it.  A sum, a product or any other combiner
+    counts every repeat."""
+    from tvm.ir import TensorLoad
+    from tvm.tirx import BufferStore, Max, Min
+    from tvm_ffi import structural_equal
+
+    if not isinstance(store, BufferStore) or not isinstance(store.value, (Max, Min)):
+        return False
+
+    def is_x(buffer: Any) -> bool:  # lowered, a fold's alias of X is another buffer object of X's storage
+        return buffer.same_as(store.buffer) or _storage(buffer) == _storage(store.buffer)
+
+    def is_own(x: Any) -> bool:
+        return isinstance(x, TensorLoad) and is_x(x.source) and structural_equal(list(x.indices), list(store.indices))
+
+    a, b = store.value.a, store.value.b
+    other = b if is_own(a) else (a if is_own(b) else None)
+    return other is not None and not any(is_x(x.source) for x in _loads(other, []))
+
+
 def reduction_restarted_by_loop(mod: Any) -> list[str]:
     """The first reduction block that a loop it does not bind makes compute its reduction again and again, and whose
     init MetaSchedule's post-processing will hoist above that loop (``[block, loop, extent]``; empty when none).
@@ -868,7 +892,9 @@ def reduction_restarted_by_loop(mod: Any) -> list[str]:
     with padding, `u_0 * 16 + u_1 < 1`), or what it sums is read only there, by blocks under the loop that run at its
     first iteration only, and by nothing after the loop (an ``rfactor`` block placed under its write-back's padded
     loop): the init runs right before that first iteration (only unit loops between it and the loop), and the sums
-    of the others are never read."""
+    of the others are never read.  Nor is a max or min reducer (``_idempotent_update``) whose inputs that loop
+    leaves alone (``inputs_fixed_under``): repeating it gives the value it gave at the first iteration (session 23's
+    CPU sealed softmax row max under the exp-sum's reduction loop, which the judge scored correct)."""
     from tvm.s_tir import SBlockRealize
     from tvm.tirx import For, analysis
 
@@ -924,9 +950,23 @@ def reduction_restarted_by_loop(mod: Any) -> list[str]:
                 return False
         return True
 
+    def inputs_fixed_under(realize: Any, loop: Any, around: frozenset[int]) -> bool:
+        """Whether the reduction of ``realize``'s block reads the same at every iteration of ``loop``: no other block
+        under the loop writes a buffer it reads (its own output included), and its predicate does not use the loop
+        (which would change what it reduces from one iteration to the next)."""
+        block = realize.block
+        if any(hash(v) == hash(loop.loop_var) for v in analysis.undefined_vars(realize.predicate, [])):
+            return False
+        read = {hash(r.source) for r in block.reads}
+        return not any(any(x.same_as(loop) for x in chain) and any(hash(w.source) in read for w in other.block.writes)
+                       for other, _, chain, outer in placed
+                       if not other.block.same_as(block) and hash(other.block) not in around
+                       and hash(block) not in outer)
+
     for realize, loops, chain, around in placed:
         if realize.block.init is None:
             continue
+        idempotent = _idempotent_update(realize.block.body)
         first = next((i for i, loop in enumerate(loops) if loop_kind(loop) != "S"), None)
         bound = {hash(v) for b in realize.iter_values for v in analysis.undefined_vars(b, [])}
         for i in range(first, len(loops)) if first is not None else ():
@@ -938,6 +978,8 @@ def reduction_restarted_by_loop(mod: Any) -> list[str]:
             if (all(getattr(x.extent, "value", None) == 1 for x in loops[first:i])
                     and read_at_first_only(realize, loop, around)):
                 continue  # the init runs right before the first iteration, whose sums are the only ones read
+            if idempotent and inputs_fixed_under(realize, loop, around):
+                continue  # a max or min of the same inputs again: the value the first iteration gave
             return [realize.block.name_hint, str(loop.loop_var.name), str(loop.extent)]
     return []
 
@@ -974,28 +1016,40 @@ def block_name_counts(mod: Any) -> dict[str, int]:
 
 
 def in_place_fold_candidates(mod: Any) -> list[list[str]]:
-    """The blocks that a loop they do not use (extent > 1) runs again and again and that read an intermediate buffer at
-    exactly the region they write another (``[block, buffer read, buffer written, loop]`` each): where TVM's
-    StorageRewrite may fold the two buffers in place (``repeated_in_place_update`` reads whether it did)."""
+    """The blocks that a loop runs again and again and that read an intermediate buffer at exactly the region they
+    write another (``[block, buffer read, buffer written, loop]`` each): where TVM's StorageRewrite may fold the two
+    buffers in place (``repeated_in_place_update`` reads whether it did).  The loop is one they do not use (extent >
+    1), or one their predicate lets run them at two iterations with the same bindings (``_repeat_witness``: a fused
+    loop's `f % 512 < 1`, session 25's CPU sealed `rms_norm` wrong result).  A single element read from a copy stage
+    (a `cread` block, ``_copy_sources``) is also a read of what it copies, at whatever index: the pass can fold the
+    copy, its source and the output into one buffer (the same attempt), so the source is named in a second entry."""
     from tvm.s_tir import SBlockRealize
     from tvm.tirx import For, analysis
     from tvm_ffi import structural_equal
 
     params = _param_buffers(mod)
+    copied = _copy_sources(mod)
 
-    def candidate(realize: Any, loops: list[Any]) -> list[str]:
+    def point(region: Any) -> bool:
+        return all(_int(r.extent) == 1 for r in region.region)
+
+    def candidate(realize: Any, loops: list[Any]) -> list[list[str]]:
         used = {hash(v) for b in realize.iter_values for v in analysis.undefined_vars(b, [])}
+        in_predicate = {hash(v) for v in analysis.undefined_vars(realize.predicate, [])}
         foreign = next((loop for loop in loops if getattr(loop.extent, "value", None) != 1
                         and hash(loop.loop_var) not in used), None)
+        foreign = foreign or next((loop for loop in loops if hash(loop.loop_var) in in_predicate and _repeat_witness(
+            list(realize.iter_values), None, [realize.predicate], loop, loops) is not None), None)
         if foreign is None:
             return []
-        block = realize.block
-        for w in block.writes:
-            for r in block.reads:
-                if (hash(r.source) not in params and not r.source.same_as(w.source)
-                        and structural_equal(list(r.region), list(w.region))):
-                    return [block.name_hint, str(r.source.name), str(w.source.name), str(foreign.loop_var.name)]
-        return []
+        block, loop = realize.block, str(foreign.loop_var.name)
+        pairs = [(r, w) for w in block.writes for r in block.reads
+                 if hash(r.source) not in params and not r.source.same_as(w.source)]
+        same_region = [[block.name_hint, str(r.source.name), str(w.source.name), loop] for r, w in pairs
+                       if structural_equal(list(r.region), list(w.region))]
+        through_copy = [[block.name_hint, copied[hash(r.source)], str(w.source.name), loop] for r, w in pairs
+                        if hash(r.source) in copied and block.init is None and point(r) and point(w)]
+        return same_region[:1] + through_copy[:1]
 
     found: list[list[str]] = []
 
@@ -1003,9 +1057,7 @@ def in_place_fold_candidates(mod: Any) -> list[list[str]]:
         if isinstance(stmt, For):
             walk(stmt.body, [*loops, stmt])
         elif isinstance(stmt, SBlockRealize):
-            hit = candidate(stmt, loops)
-            if hit:
-                found.append(hit)
+            found.extend(candidate(stmt, loops))
             walk(stmt.block.body, [])
         else:
             for x in _inner_stmts(stmt):
@@ -1014,6 +1066,37 @@ def in_place_fold_candidates(mod: Any) -> list[list[str]]:
     for body in _function_bodies(mod):
         walk(body, [])
     return found
+
+
+def _copy_sources(mod: Any) -> dict[int, str]:
+    """Buffer handle -> the name of the buffer a copy block copies into it, followed through copies of copies (a
+    `cread`/`cwrite` stage: a block whose body stores one element loaded from another buffer, unchanged)."""
+    from tvm.ir import TensorLoad
+    from tvm.s_tir import SBlockRealize
+    from tvm.tirx import BufferStore
+
+    source: dict[int, Any] = {}
+
+    def visit(stmt: Any) -> None:
+        if isinstance(stmt, SBlockRealize):
+            body = stmt.block.body
+            if stmt.block.init is None and isinstance(body, BufferStore) and isinstance(body.value, TensorLoad):
+                source[hash(body.buffer)] = body.value.source
+            visit(body)
+        else:
+            for x in _inner_stmts(stmt):
+                visit(x)
+
+    for body in _function_bodies(mod):
+        visit(body)
+    roots: dict[int, str] = {}
+    for h, buffer in source.items():
+        for _ in range(8):  # a chain of copies, not a cycle
+            if hash(buffer) not in source:
+                break
+            buffer = source[hash(buffer)]
+        roots[h] = str(buffer.name)
+    return roots
 
 
 def _storage(buffer: Any) -> str:
@@ -1055,7 +1138,10 @@ def _runs_twice(cond: Any, loop: Any, loops: list[Any]) -> bool:
     from tvm.tirx import analysis
 
     if all(hash(v) != hash(loop.loop_var) for v in analysis.undefined_vars(cond, [])):
-        return True  # the same at every iteration of the loop
+        # the same at every iteration of the loop; unless it never holds (an unrolled split's padding, `if 3 < 1:`,
+        # which the end check's lowering leaves unsimplified: END_CHECK_SKIPPED_PASSES)
+        holds = getattr(Analyzer().simplify(cond), "value", None)
+        return holds is None or bool(holds)
     for step in (0, 1):
         analyzer = Analyzer()
         for x in loops:
@@ -1064,6 +1150,135 @@ def _runs_twice(cond: Any, loop: Any, loops: list[Any]) -> bool:
         if value is None or not value:
             return False
     return True
+
+
+REPEAT_PROBES = 16  # first iterations of a loop that ``_repeat_witness`` tries, besides its extent's divisors
+
+
+def _evaluate(expr: Any, env: dict[int, int]) -> int | None:
+    """``expr``'s integer value, the variables of ``env`` (handle -> value) replaced; None where it holds anything
+    else (another variable, a load, a call).  TVM's analyzer leaves bitwise operations of constants as they are
+    (`512 & 511`), which a fused loop's lowered guard is."""
+    import operator
+
+    from tvm import tirx
+
+    if isinstance(expr, tirx.IntImm):
+        return int(expr.value)
+    if isinstance(expr, tirx.Var):
+        return env.get(hash(expr))
+    if isinstance(expr, tirx.Cast):
+        return _evaluate(expr.value, env) if "int" in str(expr.dtype) else None
+    if isinstance(expr, tirx.Not):
+        inner = _evaluate(expr.a, env)
+        return None if inner is None else int(not inner)
+    if isinstance(expr, tirx.Select):
+        cond = _evaluate(expr.condition, env)
+        return None if cond is None else _evaluate(expr.true_value if cond else expr.false_value, env)
+    binary = {tirx.Add: operator.add, tirx.Sub: operator.sub, tirx.Mul: operator.mul, tirx.Min: min, tirx.Max: max,
+              tirx.FloorDiv: operator.floordiv, tirx.FloorMod: operator.mod,
+              tirx.Div: lambda a, b: int(a / b), tirx.Mod: lambda a, b: a - b * int(a / b),
+              tirx.BitwiseAnd: operator.and_, tirx.BitwiseOr: operator.or_, tirx.BitwiseXor: operator.xor,
+              tirx.LShift: operator.lshift, tirx.RShift: operator.rshift, tirx.EQ: operator.eq, tirx.NE: operator.ne,
+              tirx.LT: operator.lt, tirx.LE: operator.le, tirx.GT: operator.gt, tirx.GE: operator.ge,
+              tirx.And: lambda a, b: a and b, tirx.Or: lambda a, b: a or b}
+    op = binary.get(type(expr))
+    if op is None:
+        return None
+    a, b = _evaluate(expr.a, env), _evaluate(expr.b, env)
+    if a is None or b is None or (b == 0 and type(expr) in (tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod)):
+        return None
+    return int(op(a, b))
+
+
+def _variable_outside_loads(expr: Any) -> bool:
+    """Whether a variable appears in ``expr`` other than in the indices of its loads (a loop's, or a `let`'s that
+    may change with a loop)."""
+    from tvm.ir import Expr, TensorLoad
+    from tvm.tirx import Var
+
+    if isinstance(expr, TensorLoad):
+        return False
+    if isinstance(expr, Var):
+        return True
+    parts = [getattr(expr, name, None) for name in ("a", "b", "value", "condition", "true_value", "false_value")]
+    parts += list(getattr(expr, "args", ()) or ())
+    return any(isinstance(x, Expr) and _variable_outside_loads(x) for x in parts)
+
+
+def _repeat_witness(indices: list[Any], value: Any, conds: list[Any], loop: Any,
+                    loops: list[Any]) -> dict[int, int] | None:
+    """Two distinct iterations of ``loop`` (the other ``loops`` at their first) at which every condition of ``conds``
+    holds and ``indices`` (a block's bindings, a store's indices) and the loads of ``value`` (a store's value, or None)
+    take the same values: the first one, as {loop var handle: value}, or None.  Probes the first ``REPEAT_PROBES``
+    iterations and those a divisor of the extent past the first (a fused loop's guard `f % 512 < 1` holds at 0 and
+    512, with the same index): a witness found is real; a repeat elsewhere is missed, and so is one whose values
+    ``_evaluate`` cannot compute.  ``value`` may hold variables only in its loads' indices."""
+    extent, first = _int(loop.extent), _int(loop.min)
+    if extent is None or first is None or extent < 2 or any(_int(x.min) is None for x in loops):
+        return None
+    if value is not None and _variable_outside_loads(value):
+        return None
+    loads = _loads(value, []) if value is not None else []
+    divisors = [d for d in range(1, int(extent ** 0.5) + 1) if extent % d == 0]
+    steps = sorted({*range(min(extent, REPEAT_PROBES)), *divisors, *(extent // d for d in divisors if d > 1)})
+    seen: dict[tuple, dict[int, int]] = {}
+    for step in steps:
+        env = {hash(x.loop_var): _int(x.min) + (step if x.same_as(loop) else 0) for x in loops}
+        if not all(_evaluate(c, env) for c in conds):
+            continue  # the guard does not hold there, or is not known to
+        key = (tuple(_evaluate(e, env) for e in indices),
+               tuple((_storage(x.source), tuple(_evaluate(e, env) for e in x.indices)) for x in loads))
+        if None in key[0] or any(None in index for _, index in key[1]):
+            continue
+        if key in seen:
+            return seen[key]
+        seen[key] = env
+    return None
+
+
+def _stores_that_run(stmt: Any, loops: list[Any] | None = None, out: list | None = None) -> list[tuple[Any, list]]:
+    """The buffer stores in ``stmt`` with the loops around each inside ``stmt`` (``_stores``), not those under a
+    condition that never holds (an unrolled split's padding, `if 3 < 1:`: it rewrites nothing)."""
+    from tvm.sym.analyzer import Analyzer
+    from tvm.tirx import BufferStore, For, IfThenElse
+
+    loops, out = loops or [], [] if out is None else out
+    if isinstance(stmt, BufferStore):
+        out.append((stmt, loops))
+    elif isinstance(stmt, For):
+        _stores_that_run(stmt.body, [*loops, stmt], out)
+    elif isinstance(stmt, IfThenElse):
+        holds = getattr(Analyzer().simplify(stmt.condition), "value", None)
+        if holds is None or holds:
+            _stores_that_run(stmt.then_case, loops, out)
+        if stmt.else_case is not None and not holds:
+            _stores_that_run(stmt.else_case, loops, out)
+    else:
+        for x in _inner_stmts(stmt):
+            _stores_that_run(x, loops, out)
+    return out
+
+
+def _never_writes(store: Any, loops: list[Any], storage: str, index: list[Any]) -> bool:
+    """Whether ``store``, at any iteration of ``loops`` (each over its whole range), provably does not write element
+    ``index`` (constants) of ``storage``."""
+    from tvm.ir import Range
+    from tvm.sym.analyzer import Analyzer
+    from tvm.tirx import Or
+
+    if _storage(store.buffer) != storage:
+        return True
+    if len(store.indices) != len(index):
+        return False
+    analyzer = Analyzer()
+    for x in loops:
+        analyzer.bind(x.loop_var, Range.from_min_extent(x.min, x.extent))
+    differ = [i != c for i, c in zip(store.indices, index)]
+    anywhere = differ[0]
+    for d in differ[1:]:
+        anywhere = Or(anywhere, d)
+    return bool(analyzer.can_prove(anywhere))
 
 
 UNROLLED_LOOKAHEAD = 16  # statements after an update in place searched for its unrolled repeat
@@ -1078,7 +1293,11 @@ def repeated_in_place_update(lowered: list[Any], buffers: set[str]) -> list[str]
     ``UNROLLED_LOOKAHEAD`` statements, nothing it reads stored in between (the loop unrolled,
     ``[buffer, "an unrolled loop"]``).  The loop applies ``f`` to its own output.  A reduction's update reads
     what its reduction loop changes (the loop's index, or a scalar stage computed in it), and a block recomputed under
-    the loop rewrites its input there first: neither is one."""
+    the loop rewrites its input there first: neither is one.  Stores under a condition that never holds rewrite
+    nothing (``_stores_that_run``: an unrolled split's padding copies of the update, session 25's CPU sealed
+    `rms_norm`).  A loop the store uses counts too when its guard lets two iterations run the very same store
+    (``_repeat_witness``: `X[a + (f & 511)]` under `f & 511 < 1`) and no other store under the loop can write the
+    elements it reads or writes there (``_never_writes``)."""
     from tvm.ir import TensorLoad
     from tvm.tirx import BufferStore, For, IfThenElse, Not, SeqStmt, analysis
     from tvm_ffi import structural_equal
@@ -1090,6 +1309,8 @@ def repeated_in_place_update(lowered: list[Any], buffers: set[str]) -> list[str]
             return ""  # not a candidate's: a reduction over an axis its value does not use repeats on purpose
         if isinstance(store.value, TensorLoad) and _storage(store.value.source) == target:
             return ""  # a copy of itself: the same value however often it runs
+        if _idempotent_update(store):
+            return ""  # a max or min with the same value again: the same value too
         same = any(_storage(x.source) == target and structural_equal(list(x.indices), list(store.indices))
                    for x in _loads(store.value, []))
         return target if same else ""
@@ -1102,11 +1323,28 @@ def repeated_in_place_update(lowered: list[Any], buffers: set[str]) -> list[str]
         loop = next((x for x in reversed(loops) if getattr(x.extent, "value", None) != 1
                      and hash(x.loop_var) not in used), None)
         if loop is None or not all(_runs_twice(c, loop, loops) for c in conds):
-            return []
-        written = {_storage(s.buffer) for s in _stores(loop.body) if not s.same_as(store)}
+            return guarded_repeat(store, loops, conds, target)
+        written = {_storage(s.buffer) for s, _ in _stores_that_run(loop.body) if not s.same_as(store)}
         if written & {_storage(x.source) for x in _loads(store.value, [])}:
             return []  # X rewritten in the loop, or an input that changes with it: each run has new inputs
         return [target, f"loop {loop.loop_var.name}"]
+
+    def guarded_repeat(store: Any, loops: list[Any], conds: tuple, target: str) -> list[str]:
+        """``[target, "loop v"]`` where a loop its guard uses runs the very same store twice."""
+        guarded = {hash(v) for c in conds for v in analysis.undefined_vars(c, [])}
+        for i in reversed(range(len(loops))):
+            loop = loops[i]
+            if hash(loop.loop_var) not in guarded:
+                continue
+            env = _repeat_witness(list(store.indices), store.value, list(conds), loop, loops)
+            if env is None:
+                continue
+            touched = [(_storage(x.source), [_evaluate(e, env) for e in x.indices]) for x in _loads(store.value, [])]
+            touched.append((target, [_evaluate(e, env) for e in store.indices]))
+            if all(_never_writes(s, [*loops[:i + 1], *inner], storage, index)
+                   for s, inner in _stores_that_run(loop.body) if not s.same_as(store) for storage, index in touched):
+                return [target, f"loop {loop.loop_var.name}"]
+        return []
 
     def walk(stmt: Any, loops: list[Any], conds: tuple) -> list[str]:
         if isinstance(stmt, For):

@@ -165,7 +165,7 @@ def repeated_name(mod: Any, scheduled: Any, key: Any = None) -> str:
 def restarted_message(restart: list[str]) -> str:
     return (f"block {restart[0]} would compute its reduction again at each of the {restart[2]} iterations of loop "
             f"{restart[1]}, which it does not use, and the post-processing hoists its init above that loop: it "
-            "would sum them all (TVM's DecomposeReduction does not check it)")
+            "would accumulate them all (TVM's DecomposeReduction does not check it)")
 
 
 def layout_overlap(mod: Any, trace_json: list) -> str:
@@ -398,8 +398,8 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
     if repeated:
         fold = next(f for f in folds if repeated[0] in f[1:3])
         return (f"in-place fold: TVM's StorageRewrite gives block {fold[0]}'s output {fold[2]} the storage of {fold[1]}, "
-                f"and {repeated[1]}, which the block does not use, then applies it to {repeated[0]} again and again "
-                "(apache/tvm#759)")
+                f"and {repeated[1]} then runs it again on the same element, applying it to {repeated[0]} again and "
+                "again (apache/tvm#759)")
     return ""
 
 
