@@ -142,7 +142,7 @@ def test_a_fragment_stage_the_host_allocates_is_not_refused(doubled):
     from dragon_testkit import H200_TARGET, end_check
 
     from little_dragon.generation.constrain_state import fragment_elements
-    from little_dragon.generation.schedule_worker import device_allocations
+    from little_dragon.generation.constrain_state import device_allocations
     from little_dragon.tvmx.build import lower_for_target
 
     for text, in_kernel in ((ROOT_STAGE, False), (KERNEL_STAGE, True)):

@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from little_dragon.generation.tir_ints import evaluate, handle
 from little_dragon.tvmx.schedule import fingerprint, fresh_schedule
 
 
@@ -1155,42 +1156,6 @@ def _runs_twice(cond: Any, loop: Any, loops: list[Any]) -> bool:
 REPEAT_PROBES = 16  # first iterations of a loop that ``_repeat_witness`` tries, besides its extent's divisors
 
 
-def _evaluate(expr: Any, env: dict[int, int]) -> int | None:
-    """``expr``'s integer value, the variables of ``env`` (handle -> value) replaced; None where it holds anything
-    else (another variable, a load, a call).  TVM's analyzer leaves bitwise operations of constants as they are
-    (`512 & 511`), which a fused loop's lowered guard is."""
-    import operator
-
-    from tvm import tirx
-
-    if isinstance(expr, tirx.IntImm):
-        return int(expr.value)
-    if isinstance(expr, tirx.Var):
-        return env.get(hash(expr))
-    if isinstance(expr, tirx.Cast):
-        return _evaluate(expr.value, env) if "int" in str(expr.dtype) else None
-    if isinstance(expr, tirx.Not):
-        inner = _evaluate(expr.a, env)
-        return None if inner is None else int(not inner)
-    if isinstance(expr, tirx.Select):
-        cond = _evaluate(expr.condition, env)
-        return None if cond is None else _evaluate(expr.true_value if cond else expr.false_value, env)
-    binary = {tirx.Add: operator.add, tirx.Sub: operator.sub, tirx.Mul: operator.mul, tirx.Min: min, tirx.Max: max,
-              tirx.FloorDiv: operator.floordiv, tirx.FloorMod: operator.mod,
-              tirx.Div: lambda a, b: int(a / b), tirx.Mod: lambda a, b: a - b * int(a / b),
-              tirx.BitwiseAnd: operator.and_, tirx.BitwiseOr: operator.or_, tirx.BitwiseXor: operator.xor,
-              tirx.LShift: operator.lshift, tirx.RShift: operator.rshift, tirx.EQ: operator.eq, tirx.NE: operator.ne,
-              tirx.LT: operator.lt, tirx.LE: operator.le, tirx.GT: operator.gt, tirx.GE: operator.ge,
-              tirx.And: lambda a, b: a and b, tirx.Or: lambda a, b: a or b}
-    op = binary.get(type(expr))
-    if op is None:
-        return None
-    a, b = _evaluate(expr.a, env), _evaluate(expr.b, env)
-    if a is None or b is None or (b == 0 and type(expr) in (tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod)):
-        return None
-    return int(op(a, b))
-
-
 def _variable_outside_loads(expr: Any) -> bool:
     """Whether a variable appears in ``expr`` other than in the indices of its loads (a loop's, or a `let`'s that
     may change with a loop)."""
@@ -1213,7 +1178,7 @@ def _repeat_witness(indices: list[Any], value: Any, conds: list[Any], loop: Any,
     take the same values: the first one, as {loop var handle: value}, or None.  Probes the first ``REPEAT_PROBES``
     iterations and those a divisor of the extent past the first (a fused loop's guard `f % 512 < 1` holds at 0 and
     512, with the same index): a witness found is real; a repeat elsewhere is missed, and so is one whose values
-    ``_evaluate`` cannot compute.  ``value`` may hold variables only in its loads' indices."""
+    ``tir_ints.evaluate`` cannot compute.  ``value`` may hold variables only in its loads' indices."""
     extent, first = _int(loop.extent), _int(loop.min)
     if extent is None or first is None or extent < 2 or any(_int(x.min) is None for x in loops):
         return None
@@ -1224,11 +1189,11 @@ def _repeat_witness(indices: list[Any], value: Any, conds: list[Any], loop: Any,
     steps = sorted({*range(min(extent, REPEAT_PROBES)), *divisors, *(extent // d for d in divisors if d > 1)})
     seen: dict[tuple, dict[int, int]] = {}
     for step in steps:
-        env = {hash(x.loop_var): _int(x.min) + (step if x.same_as(loop) else 0) for x in loops}
-        if not all(_evaluate(c, env) for c in conds):
+        env = {handle(x.loop_var): _int(x.min) + (step if x.same_as(loop) else 0) for x in loops}
+        if not all(evaluate(c, env) for c in conds):
             continue  # the guard does not hold there, or is not known to
-        key = (tuple(_evaluate(e, env) for e in indices),
-               tuple((_storage(x.source), tuple(_evaluate(e, env) for e in x.indices)) for x in loads))
+        key = (tuple(evaluate(e, env) for e in indices),
+               tuple((_storage(x.source), tuple(evaluate(e, env) for e in x.indices)) for x in loads))
         if None in key[0] or any(None in index for _, index in key[1]):
             continue
         if key in seen:
@@ -1339,8 +1304,8 @@ def repeated_in_place_update(lowered: list[Any], buffers: set[str]) -> list[str]
             env = _repeat_witness(list(store.indices), store.value, list(conds), loop, loops)
             if env is None:
                 continue
-            touched = [(_storage(x.source), [_evaluate(e, env) for e in x.indices]) for x in _loads(store.value, [])]
-            touched.append((target, [_evaluate(e, env) for e in store.indices]))
+            touched = [(_storage(x.source), [evaluate(e, env) for e in x.indices]) for x in _loads(store.value, [])]
+            touched.append((target, [evaluate(e, env) for e in store.indices]))
             if all(_never_writes(s, [*loops[:i + 1], *inner], storage, index)
                    for s, inner in _stores_that_run(loop.body) if not s.same_as(store) for storage, index in touched):
                 return [target, f"loop {loop.loop_var.name}"]
@@ -1372,26 +1337,42 @@ def repeated_in_place_update(lowered: list[Any], buffers: set[str]) -> list[str]
     return next((found for mod in lowered for body in _function_bodies(mod) if (found := walk(body, [], ()))), [])
 
 
-def device_global_allocations(devices: list[Any]) -> list[str]:
-    """The buffers that the lowered device modules ``devices`` (``tvmx.build.lower_for_target``'s) allocate in global
-    memory, in walk order: an intermediate computed inside a kernel (a compute-at under its launch loops: its
-    allocation goes where its uses meet) that no line gave local or shared storage.  Only the host function's
-    allocations become workspace requests (LowerTVMBuiltin); in a kernel, TVM's GPU code generation refuses every one
-    (``CodeGenCUDA::PrintStorageScope``: "Cannot allocate global memory when targeting CUDA")."""
+def _device_allocated(devices: list[Any]) -> list[Any]:
+    """The buffers the lowered device modules ``devices`` (``tvmx.build.lower_for_target``'s) allocate, in walk
+    order."""
     from tvm.tirx import AllocBuffer
 
-    def walk(stmt: Any, out: list[str]) -> list[str]:
-        if isinstance(stmt, AllocBuffer) and stmt.buffer.scope() == "global":
-            out.append(str(stmt.buffer.name))
+    def walk(stmt: Any, out: list[Any]) -> list[Any]:
+        if isinstance(stmt, AllocBuffer):
+            out.append(stmt.buffer)
         for x in _inner_stmts(stmt):
             walk(x, out)
         return out
 
-    out: list[str] = []
+    out: list[Any] = []
     for mod in devices:
         for body in _function_bodies(mod):
             walk(body, out)
     return out
+
+
+def device_global_allocations(devices: list[Any]) -> list[str]:
+    """The buffers that the lowered device modules ``devices`` allocate in global memory, in walk order: an
+    intermediate computed inside a kernel (a compute-at under its launch loops: its allocation goes where its uses
+    meet) that no line gave local or shared storage.  Only the host function's allocations become workspace requests
+    (LowerTVMBuiltin); in a kernel, TVM's GPU code generation refuses every one (``CodeGenCUDA::PrintStorageScope``:
+    "Cannot allocate global memory when targeting CUDA")."""
+    return [str(b.name) for b in _device_allocated(devices) if b.scope() == "global"]
+
+
+def device_allocations(devices: list[Any]) -> set[str]:
+    """The names of the buffers that the lowered device modules ``devices`` allocate inside a kernel.  A tensor-core
+    fragment allocated there is a ``nvcuda::wmma::fragment`` in the CUDA, which a plain statement cannot use; one
+    allocated at the root is the host's, a kernel parameter that TVM prints as a plain pointer, and nvcc compiles the
+    element-by-element code on it (session 21's correct rms_norm attempt refused three times before: the fragment
+    stage of a copy at the root; of the 52 H200 scripts ``fragment_elements`` names, the 51 build or verify errors all
+    allocate it in a kernel: results/constrained-decoding/cpu-s27/helperB/)."""
+    return {str(b.name) for b in _device_allocated(devices)}
 
 
 def diagonal_thread_bindings(sch: Any) -> list[str]:

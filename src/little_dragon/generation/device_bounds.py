@@ -34,6 +34,8 @@ import collections
 import contextlib
 from typing import Any
 
+from little_dragon.generation.tir_ints import NotPlain, function, handle, python_source
+
 ON_CHIP_SCOPES = ("shared", "shared.dyn", "local", "warp")
 POINTS = 8192  # the most values of an index's free variables tried one by one where the analyzer proves no bound
 # The most work one call spends, in steps of ~1-2 us on a CPU core: a statement or expression visited 1, an access
@@ -110,20 +112,20 @@ class _Walker:
         self.views: dict = {}  # buffer declared on an allocation's data (merged dynamic shared memory) -> its extent
 
     def function(self, func: Any) -> list[str]:
-        self.params = {_handle(p) for p in func.params}
+        self.params = {handle(p) for p in func.params}
         self.stmt(func.body)
         return self.bad
 
     # ------------------------------------------------------------------ accesses
     def access(self, buf: Any, indices: Any, predicate: Any = None) -> None:
         if predicate is not None or not hasattr(buf, "scope") or buf.scope() not in ON_CHIP_SCOPES \
-                or _handle(buf) in self.passed or len(buf.shape) != len(indices):
+                or handle(buf) in self.passed or len(buf.shape) != len(indices):
             return
         shape = buf.shape
-        if _handle(buf) in self.views:  # its declared shape is one merged buffer's, its indices the pool's
+        if handle(buf) in self.views:  # its declared shape is one merged buffer's, its indices the pool's
             if len(indices) != 1:
                 return
-            shape = [self.views[_handle(buf)]]
+            shape = [self.views[handle(buf)]]
         for idx, ext in zip(indices, shape):
             ext = _int_imm(ext)
             if _kind(ext) != "IntImm":
@@ -177,8 +179,8 @@ class _Walker:
 
         free, names = [], {}
         for v in [*undefined_vars(lo), *undefined_vars(hi)]:
-            if _handle(v) not in names:
-                names[_handle(v)] = f"v{len(free)}"
+            if handle(v) not in names:
+                names[handle(v)] = f"v{len(free)}"
                 free.append(v)
         ranges, points = [], 1
         for v in free:
@@ -189,16 +191,16 @@ class _Walker:
             ranges.append(range(b.min_value, b.max_value + 1))
         self.budget.spend(points)
         try:
-            low, high = _python(lo, names), _python(hi, names)
+            low, high = python_source(lo, names), python_source(hi, names)
             guards = []
             for c in self.conds:
                 try:
-                    guards.append(_python(c, names))
-                except _NotPlain:
+                    guards.append(python_source(c, names))
+                except NotPlain:
                     pass  # a condition of other variables (or not plain): it excludes no point
-            test = eval(f"lambda {', '.join(names.values())}: ({low}) >= 0 and ({high}) < {int(ext)}")  # noqa: S307
-            excluded = eval(f"lambda {', '.join(names.values())}: not ({' and '.join(guards) or 'True'})")  # noqa: S307
-        except _NotPlain:
+            test = function(list(names.values()), f"({low}) >= 0 and ({high}) < {int(ext)}")
+            excluded = function(list(names.values()), f"not ({' and '.join(guards) or 'True'})")
+        except NotPlain:
             return False
         return all(excluded(*p) or test(*p) for p in itertools.product(*ranges))
 
@@ -206,15 +208,15 @@ class _Walker:
         """A buffer declared on ``data``: a parameter (host memory: not checked), or an allocation's data
         (MergeSharedMemoryAllocations' views of one dynamic shared pool, each indexed from the pool's start: checked
         against the pool's size in its elements), else not checked."""
-        if data is None or _handle(data) in self.params:
-            self.passed.add(_handle(buf))
+        if data is None or handle(data) in self.params:
+            self.passed.add(handle(buf))
             return
         if _kind(data) == "Call" and _op(data) == "buffer_data" and len(data.args) == 1:
-            size, width = self.bytes.get(_handle(data.args[0])), _element_bytes(buf)
+            size, width = self.bytes.get(handle(data.args[0])), _element_bytes(buf)
             if size is not None and width:
-                self.views[_handle(buf)] = size // width
+                self.views[handle(buf)] = size // width
                 return
-        self.passed.add(_handle(buf))
+        self.passed.add(handle(buf))
 
     # ------------------------------------------------------------------ expressions
     def expr(self, e: Any) -> None:
@@ -345,7 +347,7 @@ class _Walker:
         elif k == "AllocBuffer":
             size = _size_bytes(s.buffer)
             if size is not None:
-                self.bytes[_handle(s.buffer)] = size
+                self.bytes[handle(s.buffer)] = size
             self.stmt(getattr(s, "body", None))
         else:  # an unknown kind: its body, if it has one
             self.stmt(getattr(s, "body", None))
@@ -364,51 +366,6 @@ def _conjuncts(cond: Any) -> list[Any]:
     if _kind(cond) == "And":
         return _conjuncts(cond.a) + _conjuncts(cond.b)
     return [cond]
-
-
-class _NotPlain(Exception):
-    """An expression ``_python`` does not translate."""
-
-
-_PY_BINARY = {"Add": "({a} + {b})", "Sub": "({a} - {b})", "Mul": "({a} * {b})", "FloorDiv": "({a} // {b})",
-              "FloorMod": "({a} % {b})", "Div": "_tdiv({a}, {b})", "Mod": "_tmod({a}, {b})", "Min": "min({a}, {b})",
-              "Max": "max({a}, {b})", "EQ": "({a} == {b})", "NE": "({a} != {b})", "LT": "({a} < {b})",
-              "LE": "({a} <= {b})", "GT": "({a} > {b})", "GE": "({a} >= {b})", "And": "({a} and {b})",
-              "Or": "({a} or {b})", "BitwiseAnd": "({a} & {b})", "BitwiseOr": "({a} | {b})",
-              "BitwiseXor": "({a} ^ {b})", "LShift": "({a} << {b})", "RShift": "({a} >> {b})"}
-
-
-def _python(e: Any, names: dict) -> str:
-    """Integer expression ``e`` as Python source over the variables ``names`` (handle -> name): raises
-    ``_NotPlain`` for anything else (a load, a call, a float, another variable)."""
-    k = _kind(e)
-    if k == "IntImm":
-        return str(int(e.value))
-    if k == "Var":
-        if _handle(e) not in names:
-            raise _NotPlain(str(e))
-        return names[_handle(e)]
-    if k in _PY_BINARY:
-        return _PY_BINARY[k].format(a=_python(e.a, names), b=_python(e.b, names))
-    if k == "Not":
-        return f"(not {_python(e.a, names)})"
-    if k == "Select":
-        return f"({_python(e.true_value, names)} if {_python(e.condition, names)} else {_python(e.false_value, names)})"
-    if k == "Cast" and _lanes(e) == 1 and str(getattr(e, "ty", None) or e.dtype).startswith(("int", "uint", "bool")):
-        return _python(e.value, names)
-    if k == "Call" and _op(e) == "likely":
-        return _python(e.args[0], names)
-    raise _NotPlain(k)
-
-
-def _tdiv(a: int, b: int) -> int:
-    """C's integer division (toward zero), TVM's ``Div`` of integers."""
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
-
-
-def _tmod(a: int, b: int) -> int:
-    return a - _tdiv(a, b) * b
 
 
 def _int_imm(ext: Any) -> Any:
@@ -435,11 +392,6 @@ def _size_bytes(buf: Any) -> int | None:
             return None
         n *= int(x.value)
     return n * _element_bytes(buf)
-
-
-def _handle(node: Any) -> Any:
-    """``node``'s identity (its C object: Python wrappers of one node differ)."""
-    return node.__chandle__() if node is not None else None
 
 
 def _op(call: Any) -> str:

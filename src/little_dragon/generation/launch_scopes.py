@@ -25,6 +25,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from little_dragon.generation.tir_ints import handle
+
 # scope prefix -> the launch axes whose every value has memory of its own in that scope
 PRIVATE_AXES = {"shared": ("blockIdx.",), "local": ("blockIdx.", "threadIdx.")}
 
@@ -58,7 +60,7 @@ def _leaf_blocks(mod: Any) -> list[_Leaf]:
         if isinstance(stmt, For):
             if stmt.thread_binding is not None:
                 extent = getattr(stmt.extent, "value", None)
-                loops = [*loops, (stmt.__chandle__(), _Bound(str(stmt.thread_binding.thread_tag), extent,
+                loops = [*loops, (handle(stmt), _Bound(str(stmt.thread_binding.thread_tag), extent,
                                                                 str(stmt.loop_var.name)))]
             return visit(stmt.body, loops)
         if isinstance(stmt, SBlockRealize):

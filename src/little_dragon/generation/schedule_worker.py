@@ -34,7 +34,8 @@ import threading
 from typing import Any
 
 from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleState, block_name_counts,
-                                                     blocks_in_run_order, device_global_allocations,
+                                                     blocks_in_run_order, device_allocations,
+                                                     device_global_allocations,
                                                      diagonal_thread_bindings, extend, fragment_elements,
                                                      in_place_fold_candidates, launch_over_limits, live_state,
                                                      LOOKUP_RUN_FACTOR, host_blocks, nested_thread_bindings,
@@ -250,31 +251,6 @@ def _unchanged(live: LiveSchedule, mod: Any, key: Any) -> bool:
             _WORKLOAD_HASH.put(key, want)
     have = live.fingerprint if live.fingerprint is not None else fingerprint(live.sch.mod)
     return have == want and bool(tvm_ffi.structural_equal(live.sch.mod, mod))
-
-
-def device_allocations(devices: list[Any]) -> set[str]:
-    """The names of the buffers that the lowered device modules ``devices`` allocate inside a kernel.  A tensor-core
-    fragment allocated there is a ``nvcuda::wmma::fragment`` in the CUDA, which a plain statement cannot use; one
-    allocated at the root is the host's, a kernel parameter that TVM prints as a plain pointer, and nvcc compiles the
-    element-by-element code on it (session 21's correct rms_norm attempt refused three times before: the fragment
-    stage of a copy at the root; of the 52 H200 scripts ``fragment_elements`` names, the 51 build or verify errors all
-    allocate it in a kernel: results/constrained-decoding/cpu-s27/helperB/)."""
-    from tvm.tirx import AllocBuffer
-
-    from little_dragon.generation.constrain_state import _function_bodies, _inner_stmts
-
-    names: set[str] = set()
-
-    def walk(stmt: Any) -> None:
-        if isinstance(stmt, AllocBuffer):
-            names.add(str(stmt.buffer.name))
-        for x in _inner_stmts(stmt):
-            walk(x)
-
-    for mod in devices:
-        for body in _function_bodies(mod):
-            walk(body)
-    return names
 
 
 def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str:
