@@ -1,0 +1,86 @@
+"""The tokens/s ratio of a constrained-vs-free A/B split into its two factors, from ``constrained_bench.py --ab --out``
+files: the batch's shape (sampled tokens per decoding step, free over constrained: a batch decodes until its longest
+attempt ends, so fewer tokens a step cost the same steps) and the per-step cost (ms a step, constrained over free).
+Their product is the ratio of sampled tokens/s without the prefill.  A constraint that cost nothing a step would
+still pay the shape factor.
+
+Prints one markdown row per constrained arm of each file; ``--plot`` writes the two factors as bars, with the issue's
+1.5x target.
+
+    python benchmarks/ab_shape.py results/constrained-decoding/cpu-s25/ab/new1.json \\
+        results/constrained-decoding/h200-s26/ab-6059714/constrained_ab_cuda.json --plot out.png
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+TARGET = 1.5  # issue 16: constrained tokens/s at most 1.5x slower than free
+
+
+def split(ab: dict) -> list[dict]:
+    """One row per constrained arm of an ``--ab`` result, against its free arm on the same engine."""
+    arms = ab["arms"]
+    rows = []
+    for name, arm in arms.items():
+        if not name.startswith("constrained"):
+            continue
+        engine = name.partition("+")[2].split("+")[0]
+        free = arms.get(f"free+{engine}") or arms.get("free")
+        if free is None:
+            continue
+        shape = (free["generated_tokens"] / free["steps"]) / (arm["generated_tokens"] / arm["steps"])
+        per_step = arm["ms_per_step"] / free["ms_per_step"]
+        rows.append({"arm": name, "device": ab.get("device", "?"), "prompts": ab.get("prompts"), "k": ab.get("k"),
+                     "free": (free["steps"], free["generated_tokens"]), "constrained": (arm["steps"],
+                                                                                        arm["generated_tokens"]),
+                     "shape": shape, "per_step": per_step, "ratio": shape * per_step})
+    return rows
+
+
+def main(args: argparse.Namespace) -> None:
+    rows = []
+    for f in args.files:
+        for r in split(json.loads(Path(f).read_text())["ab"]):
+            rows.append({**r, "file": f})
+    print("| file | arm | device | prompts x k | free: steps, tokens, a step | constrained: steps, tokens, a step | "
+          "shape | per step | tokens/s ratio |")
+    print("|---|---|---|---|---|---|---:|---:|---:|")
+    for r in rows:
+        (fs, ft), (cs, ct) = r["free"], r["constrained"]
+        print(f"| {r['file']} | {r['arm']} | {r['device']} | {r['prompts']} x {r['k']} | {fs}, {ft}, {ft / fs:.1f} | "
+              f"{cs}, {ct}, {ct / cs:.1f} | {r['shape']:.2f}x | {r['per_step']:.2f}x | {r['ratio']:.2f}x |")
+    if args.plot and rows:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        labels = [f"{r['device']}\n{r['arm']}" for r in rows]
+        x = range(len(rows))
+        fig, ax = plt.subplots(figsize=(2.4 + 2.2 * len(rows), 4))
+        ax.bar([i - 0.2 for i in x], [r["shape"] for r in rows], 0.4, label="batch shape (a free constraint pays it)")
+        ax.bar([i + 0.2 for i in x], [r["per_step"] for r in rows], 0.4, label="per decoding step")
+        for i, r in zip(x, rows):
+            ax.annotate(f"tokens/s {r['ratio']:.2f}x", (i, max(r["shape"], r["per_step"])), ha="center",
+                        va="bottom", fontsize=8)
+        ax.axhline(TARGET, color="black", linestyle="--", linewidth=1, label=f"target {TARGET}x (tokens/s)")
+        ax.set_xticks(list(x), labels, fontsize=8)
+        ax.set_ylabel("constrained / free")
+        ax.set_title("Constrained decoding's tokens/s ratio = shape x per-step cost")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=120)
+        print(f"plot: {args.plot}")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("files", nargs="+", help="constrained_bench.py --ab --out JSON files")
+    ap.add_argument("--plot", help="write the factors as a PNG here")
+    return ap
+
+
+if __name__ == "__main__":
+    main(parser().parse_args())
