@@ -73,9 +73,9 @@ class Module:
                     B[v] = S[v % 16]
 """
 
-# lowered-style device code by hand: a shared index out of range exactly where the guard (if, else, if_then_else)
-# excludes it, and one access that no guard covers in place of ``{bad}`` (``UNGUARDED``)
-_DEVICE = """
+# lowered-style device code by hand (a ``str.format`` template): one kernel of 2 x 32 threads, A global, S 16 shared
+# floats; its body follows
+_KERNEL_OPEN = """
 @I.ir_module
 class Module:
     @T.prim_func
@@ -85,7 +85,10 @@ class Module:
         with T.launch_thread("blockIdx.x", 2) as blockIdx_x:
             S = T.alloc_shared((16,))
             with T.launch_thread("threadIdx.x", 32) as threadIdx_x:
-                if threadIdx_x < 16:
+"""
+# a shared index out of range exactly where the guard (if, else, if_then_else) excludes it, and one access that no
+# guard covers in place of ``{bad}`` (``UNGUARDED``)
+_DEVICE = _KERNEL_OPEN + """                if threadIdx_x < 16:
                     S[threadIdx_x] = A[blockIdx_x * 32 + threadIdx_x]
                 else:
                     S[threadIdx_x - 16] = A[blockIdx_x * 32 + threadIdx_x] + S[threadIdx_x - 16]
@@ -174,17 +177,7 @@ def test_guards_of_hand_written_device_code(bad: str):
 # lowered-style device code whose loop of {n} iterations TVM's UnrollLoop writes out, one in-bounds shared read
 # ``S[(threadIdx_x + k) % 16]`` an iteration, and the unguarded ``S[threadIdx_x]`` (32 threads, 16 floats) before
 # (``{before}``) or after (``{after}``) it
-_UNROLLED = """
-@I.ir_module
-class Module:
-    @T.prim_func
-    def main_kernel(A_ptr: T.handle("float32", "global")):
-        T.func_attr({{"calling_conv": 2, "tirx.is_global_func": True, "tirx.noalias": True}})
-        A = T.decl_buffer((64,), data=A_ptr)
-        with T.launch_thread("blockIdx.x", 2) as blockIdx_x:
-            S = T.alloc_shared((16,))
-            with T.launch_thread("threadIdx.x", 32) as threadIdx_x:
-{before}                for k in T.unroll({n}):
+_UNROLLED = _KERNEL_OPEN + """{before}                for k in T.unroll({n}):
                     A[blockIdx_x * 32 + threadIdx_x] = A[blockIdx_x * 32 + threadIdx_x] + S[(threadIdx_x + k) % 16]
 {after}"""
 

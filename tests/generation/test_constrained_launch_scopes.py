@@ -135,4 +135,6 @@ def test_a_shared_buffer_between_two_kernels_is_left_to_tvm():
 
     import tvm
 
-    assert reads_outside_launch_scope(tvm.IRModule({"main": two_kernels})) == []
+    from little_dragon.tvmx.schedule import fresh_schedule
+
+    assert reads_outside_launch_scope(fresh_schedule(tvm.IRModule({"main": two_kernels}))) == []

@@ -719,52 +719,76 @@ KERNEL_AXES = ("blockIdx.", "threadIdx.")
 
 
 @dataclasses.dataclass(frozen=True)
-class _PlacedBlock:
+class LaunchLoop:
+    """A loop bound to a thread axis: its identity (``tir_ints.handle``), axis, extent (None: not a constant) and loop
+    variable's name."""
+    handle: Any
+    tag: str
+    extent: int | None
+    var: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacedBlock:
     """A block of a scheduled function, where it runs (``blocks_in_run_order``)."""
     block: Any
-    outer: frozenset[int]  # the indices (in run order) of the blocks enclosing it
-    in_kernel: bool        # under a loop bound to a ``blockIdx``/``threadIdx`` axis
-    top: bool              # the function's own root block (no loop, sequence or branch above it)
+    outer: frozenset[int]           # the indices (in run order) of the blocks enclosing it
+    launch: tuple[LaunchLoop, ...]  # the thread-bound loops around it (through enclosing blocks), outermost first
+    top: bool                       # the function's own root block (no loop, sequence or branch above it)
+
+    @property
+    def in_kernel(self) -> bool:
+        """Under a loop bound to a ``blockIdx``/``threadIdx`` axis."""
+        return any(loop.tag.startswith(KERNEL_AXES) for loop in self.launch)
 
 
-def blocks_in_run_order(sch: Any) -> list[_PlacedBlock]:
+def blocks_in_run_order(sch: Any) -> list[PlacedBlock]:
     """Every block of the scheduled functions in the order they run (a block before the blocks it encloses, its init
     before its body), with where it runs."""
     from tvm.s_tir import SBlockRealize
     from tvm.tirx import For, IfThenElse, SeqStmt, Stmt
 
-    out: list[_PlacedBlock] = []
+    out: list[PlacedBlock] = []
 
-    def visit(stmt: Any, outer: frozenset[int], in_kernel: bool, top: bool) -> None:
+    def visit(stmt: Any, outer: frozenset[int], launch: tuple[LaunchLoop, ...], top: bool) -> None:
         if isinstance(stmt, For):
-            tag = str(stmt.thread_binding.thread_tag) if stmt.thread_binding is not None else ""
-            visit(stmt.body, outer, in_kernel or tag.startswith(KERNEL_AXES), False)
+            if stmt.thread_binding is not None:
+                launch = (*launch, LaunchLoop(handle(stmt), str(stmt.thread_binding.thread_tag), _int(stmt.extent),
+                                              str(stmt.loop_var.name)))
+            visit(stmt.body, outer, launch, False)
         elif isinstance(stmt, SBlockRealize):
-            out.append(_PlacedBlock(stmt.block, outer, in_kernel, top))
+            out.append(PlacedBlock(stmt.block, outer, launch, top))
             inner = outer | {len(out) - 1}
             if stmt.block.init is not None:
-                visit(stmt.block.init, inner, in_kernel, False)
-            visit(stmt.block.body, inner, in_kernel, False)
+                visit(stmt.block.init, inner, launch, False)
+            visit(stmt.block.body, inner, launch, False)
         elif isinstance(stmt, SeqStmt):
             for s in stmt.seq:
-                visit(s, outer, in_kernel, False)
+                visit(s, outer, launch, False)
         elif isinstance(stmt, IfThenElse):
-            visit(stmt.then_case, outer, in_kernel, False)
+            visit(stmt.then_case, outer, launch, False)
             if stmt.else_case is not None:
-                visit(stmt.else_case, outer, in_kernel, False)
+                visit(stmt.else_case, outer, launch, False)
         else:
             body = getattr(stmt, "body", None)
             if isinstance(body, Stmt):
-                visit(body, outer, in_kernel, top)
+                visit(body, outer, launch, top)
 
     for f in sch.mod.functions.values():
         body = getattr(f, "body", None)
         if isinstance(body, Stmt):
-            visit(body, frozenset(), False, True)
+            visit(body, frozenset(), (), True)
     return out
 
 
-def host_blocks(sch: Any, blocks: list[_PlacedBlock] | None = None) -> list[str]:
+def leaf_blocks(blocks: list[PlacedBlock]) -> list[PlacedBlock]:
+    """The blocks of ``blocks_in_run_order``'s list with no block inside them (the root and other enclosing blocks
+    only summarise their children's accesses)."""
+    parents = {i for p in blocks for i in p.outer}
+    return [p for i, p in enumerate(blocks) if i not in parents]
+
+
+def host_blocks(sch: Any, blocks: list[PlacedBlock] | None = None) -> list[str]:
     """The blocks of the scheduled function (the root aside) that no loop bound to a ``blockIdx``/``threadIdx`` axis
     encloses.  On a GPU target such a block is computed in the host function, on device pointers: the kernel
     segfaults when it runs.  TVM builds it anyway (0.27's VerifyMemory passes it), and ``post *`` leaves it so when
@@ -778,7 +802,7 @@ def host_blocks(sch: Any, blocks: list[_PlacedBlock] | None = None) -> list[str]
 FRAGMENT_SCOPES = ("wmma.",)  # tensor-core fragments: opaque registers, only the wmma intrinsics may touch them
 
 
-def fragment_elements(sch: Any, blocks: list[_PlacedBlock] | None = None) -> list[str]:
+def fragment_elements(sch: Any, blocks: list[PlacedBlock] | None = None) -> list[str]:
     """The first block of the scheduled function that touches a tensor-core fragment element by element
     (``[block, buffer]``; empty when none does): a block with no block inside it that reads or writes a buffer in a
     ``wmma.*`` scope and stores with a plain statement instead of being one of the wmma intrinsics (whose bodies only
@@ -788,11 +812,7 @@ def fragment_elements(sch: Any, blocks: list[_PlacedBlock] | None = None) -> lis
     stays scalar code on a fragment.  TVM lowers it; nvcc refuses the CUDA it generates ("no operator "+" matches
     these operands": a fragment is not a number), the judge's build error (session 22's H200 sealed run: the 5
     `conv2d_transpose` refinement build errors).  ``blocks``: ``blocks_in_run_order(sch)``, when the caller has it."""
-    blocks = blocks_in_run_order(sch) if blocks is None else blocks
-    parents = {i for p in blocks for i in p.outer}
-    for i, p in enumerate(blocks):
-        if i in parents:
-            continue
+    for p in leaf_blocks(blocks_in_run_order(sch) if blocks is None else blocks):
         fragment = next((r.source for r in list(p.block.reads) + list(p.block.writes)
                          if str(r.source.scope()).startswith(FRAGMENT_SCOPES)), None)
         if fragment is not None and _stores(p.block.body):

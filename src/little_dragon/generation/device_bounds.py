@@ -34,7 +34,7 @@ import collections
 import contextlib
 from typing import Any
 
-from little_dragon.generation.tir_ints import NotPlain, function, handle, python_source
+from little_dragon.generation.tir_ints import NotPlain, function, handle, lanes, op_name, python_source
 
 ON_CHIP_SCOPES = ("shared", "shared.dyn", "local", "warp")
 POINTS = 8192  # the most values of an index's free variables tried one by one where the analyzer proves no bound
@@ -132,14 +132,14 @@ class _Walker:
                 continue
             self._told()
             self.budget.spend(QUERY_STEPS)
-            if _lanes(idx) > 1 and _kind(idx) not in ("Ramp", "Broadcast"):
+            if lanes(idx) > 1 and _kind(idx) not in ("Ramp", "Broadcast"):
                 idx = self.ana.simplify(idx)  # a ramp plus a broadcast offset (a merged pool's view): one ramp
             k = _kind(idx)
             if k == "Ramp":
                 lo, hi = idx.base, idx.base + idx.stride * (idx.lanes - 1)
             elif k == "Broadcast":
                 lo = hi = idx.value
-            elif _lanes(idx) == 1:
+            elif lanes(idx) == 1:
                 lo = hi = idx
             else:  # a shuffle or another vector index: not analysed
                 continue
@@ -211,7 +211,7 @@ class _Walker:
         if data is None or handle(data) in self.params:
             self.passed.add(handle(buf))
             return
-        if _kind(data) == "Call" and _op(data) == "buffer_data" and len(data.args) == 1:
+        if _kind(data) == "Call" and op_name(data) == "buffer_data" and len(data.args) == 1:
             size, width = self.bytes.get(handle(data.args[0])), _element_bytes(buf)
             if size is not None and width:
                 self.views[handle(buf)] = size // width
@@ -252,7 +252,7 @@ class _Walker:
             for v in e.vectors:
                 self.expr(v)
         elif k == "Call":
-            if _op(e) == "if_then_else":
+            if op_name(e) == "if_then_else":
                 self.branches(*e.args, self.expr)
             else:
                 for x in e.args:
@@ -355,7 +355,7 @@ class _Walker:
 
 def _unlikely(cond: Any) -> Any:
     """``cond`` without its ``likely`` hint (the analyzer does not look through it)."""
-    while _kind(cond) == "Call" and _op(cond) == "likely":
+    while _kind(cond) == "Call" and op_name(cond) == "likely":
         cond = cond.args[0]
     return cond
 
@@ -392,19 +392,6 @@ def _size_bytes(buf: Any) -> int | None:
             return None
         n *= int(x.value)
     return n * _element_bytes(buf)
-
-
-def _op(call: Any) -> str:
-    """A call's operator without its namespace (TVM 0.27's ``prim.``, older ``tirx.``/``tir.``): "" for a call of no
-    named operator."""
-    return str(getattr(call.op, "name", "")).rpartition(".")[2]
-
-
-def _lanes(e: Any) -> int:
-    """How many lanes ``e``'s type has (1: a scalar)."""
-    from tvm import DataType
-
-    return int(DataType(str(getattr(e, "ty", None) or e.dtype)).lanes)
 
 
 def _bound(v: int) -> str:

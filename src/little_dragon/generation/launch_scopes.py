@@ -22,66 +22,12 @@ reader there reads its own thread block's memory if its index agrees, which this
 Warp and tensor-core fragment scopes are left out (warp-level, written by intrinsics)."""
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from little_dragon.generation.tir_ints import handle
+from little_dragon.generation.constrain_state import PlacedBlock, blocks_in_run_order, leaf_blocks
 
 # scope prefix -> the launch axes whose every value has memory of its own in that scope
 PRIVATE_AXES = {"shared": ("blockIdx.",), "local": ("blockIdx.", "threadIdx.")}
-
-
-@dataclasses.dataclass(frozen=True)
-class _Bound:
-    """A loop bound to a launch axis: its tag, extent (None: not a constant) and loop variable's name."""
-    tag: str
-    extent: int | None
-    var: str
-
-
-@dataclasses.dataclass
-class _Leaf:
-    name: str
-    loops: list[tuple[int, _Bound]]  # (id of the For node, binding) of every launch-bound loop around it, outermost
-    # first: the first is its kernel's
-    reads: list[Any]
-    writes: list[Any]
-
-
-def _leaf_blocks(mod: Any) -> list[_Leaf]:
-    """Every block with no block inside it, with the launch-bound loops around it."""
-    from tvm.s_tir import SBlockRealize
-    from tvm.tirx import For, IfThenElse, SeqStmt, Stmt
-
-    out: list[_Leaf] = []
-
-    def visit(stmt: Any, loops: list[tuple[int, _Bound]]) -> bool:
-        """Walk ``stmt``; whether a block is inside it."""
-        if isinstance(stmt, For):
-            if stmt.thread_binding is not None:
-                extent = getattr(stmt.extent, "value", None)
-                loops = [*loops, (handle(stmt), _Bound(str(stmt.thread_binding.thread_tag), extent,
-                                                                str(stmt.loop_var.name)))]
-            return visit(stmt.body, loops)
-        if isinstance(stmt, SBlockRealize):
-            block = stmt.block
-            inner = any([visit(part, loops) for part in (block.init, block.body) if part is not None])
-            if not inner:
-                out.append(_Leaf(str(block.name_hint), loops, [r.source for r in block.reads],
-                                 [w.source for w in block.writes]))
-            return True
-        if isinstance(stmt, SeqStmt):
-            return any([visit(s, loops) for s in stmt.seq])
-        if isinstance(stmt, IfThenElse):
-            return any([visit(s, loops) for s in (stmt.then_case, stmt.else_case) if s is not None])
-        body = getattr(stmt, "body", None)
-        return visit(body, loops) if isinstance(body, Stmt) else False
-
-    for f in mod.functions.values():
-        body = getattr(f, "body", None)
-        if isinstance(body, Stmt):
-            visit(body, [])
-    return out
 
 
 def _private_axes(buffer: Any) -> tuple[str, ...]:
@@ -90,27 +36,29 @@ def _private_axes(buffer: Any) -> tuple[str, ...]:
                 ())
 
 
-def reads_outside_launch_scope(mod: Any) -> list[str]:
+def reads_outside_launch_scope(sch: Any, blocks: list[PlacedBlock] | None = None) -> list[str]:
     """The first read of a shared or local buffer by a block outside a launch-bound loop its writer is under
-    (``[reader, buffer, writer, loop, axis, extent]``; empty when none)."""
-    leaves = _leaf_blocks(mod)
+    (``[reader, buffer, writer, loop, axis, extent]``; empty when none).  ``blocks``: ``blocks_in_run_order(sch)``,
+    when the caller has it."""
+    leaves = leaf_blocks(blocks_in_run_order(sch) if blocks is None else blocks)
     for writer in leaves:
-        for buf in writer.writes:
+        for buf in (w.source for w in writer.block.writes):
             axes = _private_axes(buf)
             if not axes:
                 continue
-            private = [(h, b) for h, b in writer.loops if b.tag.startswith(axes) and b.extent != 1]
+            private = [b for b in writer.launch if b.tag.startswith(axes) and b.extent != 1]
             if not private:
                 continue
             for reader in leaves:
-                if (reader is writer or not reader.loops or reader.loops[0][0] != writer.loops[0][0]
-                        or not any(r.same_as(buf) for r in reader.reads)):
+                if (reader is writer or not reader.launch or reader.launch[0].handle != writer.launch[0].handle
+                        or not any(r.source.same_as(buf) for r in reader.block.reads)):
                     continue  # itself, or in another kernel (there TVM makes the buffer a global one)
-                around = {h for h, _ in reader.loops}
-                same_axis = {(b.tag, b.extent) for _, b in reader.loops}
-                for h, b in private:
-                    if h not in around and (b.tag, b.extent) not in same_axis:
-                        return [reader.name, str(buf.name), writer.name, b.var, b.tag, str(b.extent)]
+                around = {b.handle for b in reader.launch}
+                same_axis = {(b.tag, b.extent) for b in reader.launch}
+                for b in private:
+                    if b.handle not in around and (b.tag, b.extent) not in same_axis:
+                        return [str(reader.block.name_hint), str(buf.name), str(writer.block.name_hint), b.var, b.tag,
+                                str(b.extent)]
     return []
 
 

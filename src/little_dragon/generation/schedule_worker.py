@@ -326,13 +326,13 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
             return f"two thread loops of one axis in one block: {diagonal[0]}"
         target = as_target(post_context.target)
         on_device = on_accelerator(target)
-        placed = blocks_in_run_order(sch) if on_device else []  # one walk of the kernel for both rules below
+        placed = blocks_in_run_order(sch) if on_device else []  # one walk of the kernel for the rules below
         host = host_blocks(sch, placed) if on_device else []
         if host:
             return (f"host code: block {host[0]} is under no blockIdx/threadIdx loop, so the host would compute it on "
                     "device memory")
         scalar = fragment_elements(sch, placed) if on_device else []  # refused below if a kernel allocates it
-        unshared = reads_outside_launch_scope(sch.mod) if on_device else []
+        unshared = reads_outside_launch_scope(sch, placed) if on_device else []
         if unshared:
             return launch_scope_message(unshared)
     except Exception as e:  # noqa: BLE001 - any failure of the derivation: not finished, and why

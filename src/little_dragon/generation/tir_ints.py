@@ -45,16 +45,26 @@ BINARY = {"Add": (operator.add, "({a} + {b})"), "Sub": (operator.sub, "({a} - {b
           "RShift": (operator.rshift, "({a} >> {b})")}
 
 
-def _integer_cast(e: Any) -> bool:
-    """Whether cast ``e`` is to a scalar integer or boolean type (TVM 0.27 names a cast's type ``ty``)."""
+def op_name(call: Any) -> str:
+    """A call's operator without its namespace (TVM 0.27's ``prim.``, older ``tirx.``/``tir.``): "" for a call of no
+    named operator."""
+    return str(getattr(call.op, "name", "")).rpartition(".")[2]
+
+
+def lanes(e: Any) -> int:
+    """How many lanes ``e``'s type has (1: a scalar; TVM 0.27 names some nodes' type ``ty``)."""
     from tvm import DataType
 
-    t = str(getattr(e, "ty", None) or e.dtype)
-    return int(DataType(t).lanes) == 1 and t.startswith(("int", "uint", "bool"))
+    return int(DataType(str(getattr(e, "ty", None) or e.dtype)).lanes)
+
+
+def _integer_cast(e: Any) -> bool:
+    """Whether cast ``e`` is to a scalar integer or boolean type."""
+    return lanes(e) == 1 and str(getattr(e, "ty", None) or e.dtype).startswith(("int", "uint", "bool"))
 
 
 def _is_likely(e: Any) -> bool:
-    return str(getattr(getattr(e, "op", None), "name", "")).rpartition(".")[2] == "likely"
+    return op_name(e) == "likely"
 
 
 def python_source(e: Any, names: dict) -> str:

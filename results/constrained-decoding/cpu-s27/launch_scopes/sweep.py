@@ -22,7 +22,7 @@ def rule(mod, ctx, text):
     if not check_module_script(text, mod, ctx, schedule=sch).valid:
         return None  # refused before this rule
     t = time.perf_counter()
-    found = reads_outside_launch_scope(sch.mod)
+    found = reads_outside_launch_scope(sch)
     times.append(time.perf_counter() - t)
     return found
 
