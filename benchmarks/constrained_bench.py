@@ -407,12 +407,16 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
         saved = [(name, getattr(owner(name), name, None)) for name, _ in knobs]
         for name, value in knobs:
             setattr(owner(name), name, value)
-        t0 = time.perf_counter()
         kw = {"cache_implementation": engine} if engine != "dynamic" else {}
-        if retries or back:  # +retriesN: a line TVM refuses is drawn again in its attempt, N times an attempt (the
-            #                   engine's); +backN: an attempt that stops short ends up to N lines earlier (finish_back)
+        if retries or back or getattr(mod, "PROCESS", False):
+            # +retriesN: a line TVM refuses is drawn again in its attempt, N times an attempt (the engine's); +backN: an
+            # attempt that stops short ends up to N lines earlier (finish_back); +process: the child started and ready
+            # before the clock, as it is beside a model's load (the thread arms' TVM workers start asynchronously)
             kw["hook"] = mod.ConstrainedDecoding(tok, kind == "constrained", line_retries=(retries or [0])[0],
                                                  **({"finish_back": back[0]} if back else {}))
+            if hasattr(kw["hook"], "wait_ready"):
+                kw["hook"].wait_ready()
+        t0 = time.perf_counter()
         try:
             res = mod.generate_constrained(model, tok, prompts, args.k, args.max_new_tokens, args.temperature,
                                            batch_size=args.batch_size, max_resamples=args.max_resamples,
@@ -435,17 +439,18 @@ def _knob(mode: str) -> tuple[str, Any]:
     forward pass or not (BACKGROUND); +threads / +inline: line grammars compiled in worker threads or inline
     (COMPILE_THREADS; code older than it has none); +checked / +masked: the shared-prefix engine draws first and
     masks only refused draws, or masks every step (SAMPLE_FIRST); +noredraw: a refused draw is masked at once
-    (shared_prefix.REDRAWS 0: the draws of code before redraws existed, so the same scripts as its arms).  +retriesN (read
+    (shared_prefix.REDRAWS 0: the draws of code before redraws existed, so the same scripts as its arms); +process: the
+    constraint work in a process of its own (PROCESS; started and ready before the arm's clock).  +retriesN (read
     in ``_arm_run``): line retries, N an attempt (``generation.constrained_line_retries``; arms without it: none).
     +backN (read there too): an attempt that stops short of a finished kernel ends at most N lines earlier
     (``generation.constrained_finish_back``; arms without it: 0)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),
-             "noredraw": ("REDRAWS", 0)}
+             "noredraw": ("REDRAWS", 0), "process": ("PROCESS", True)}
     if mode in fixed:
         return fixed[mode]
-    raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, "
+    raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, process, "
                      "retriesN, backN, shared_prefix)")
 
 

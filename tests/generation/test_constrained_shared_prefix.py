@@ -443,3 +443,76 @@ def test_a_refused_line_is_drawn_again_as_if_it_never_was(setup):
         assert went_on > 0, st.as_dict()
         if not checked:
             assert proc.dropped == st.retried_tokens
+
+
+SAME_COUNTS = ("attempts", "lines", "rejected_decode", "rejected_apply", "rejected_end", "end_checked", "resampled",
+               "truncated", "line_retries", "retried_tokens", "finished_earlier", "finished_earlier_lines",
+               "checked", "check_refused", "redraws", "redraw_refused", "reasons", "retry_reasons")
+
+
+def test_the_constraint_process_samples_what_the_thread_samples(setup):
+    """``constrained.PROCESS``: the constraints, their masks and TVM workers in a process of their own give the same first
+    and final scripts, verdicts and counts as the thread beside the forward pass -- masked every step and drawn then
+    checked, with line retries (a model fond of refused compute-at lines) and an earlier finish; the child's counts join
+    the hook's, and it ends when closed."""
+    import os
+
+    import torch
+
+    from little_dragon.generation import constrained
+
+    model, tok, prompts = setup
+    model = _fond_of(model, tok, "blk C\nloops b0 3\nat b0 l1\nrat b0 l2\nat b1 l2\n", 6.0)
+    for checked in (False, True):
+        runs = []
+        for process in (False, True):
+            constrained.BACKGROUND, constrained.SAMPLE_FIRST, constrained.PROCESS = True, checked, process
+            try:
+                hook = constrained.ConstrainedDecoding(tok, line_retries=1, finish_back=4)
+                torch.manual_seed(3)
+                r = constrained.generate_constrained(model, tok, prompts, 4, 64, 1.0, batch_size=16, max_resamples=1,
+                                                     hook=hook, cache_implementation="shared_prefix")
+            finally:
+                constrained.BACKGROUND = constrained.SAMPLE_FIRST = None
+                constrained.PROCESS = False
+            runs.append((r, hook))
+        (a, thread_hook), (b, hook) = runs
+        assert thread_hook._process is None and hook._process.child.pid != os.getpid() and hook.last_constraints == []
+        assert (b.first_scripts, b.scripts, b.first_ok) == (a.first_scripts, a.scripts, a.first_ok), checked
+        assert {n: getattr(b.stats, n) for n in SAME_COUNTS} == {n: getattr(a.stats, n) for n in SAME_COUNTS}
+        assert a.stats.lines > 0 and a.stats.line_retries > 0 and a.stats.resampled > 0, a.stats.as_dict()
+        assert (a.stats.checked > 0) == checked and b.stats.rpc_s > 0 == a.stats.rpc_s and b.stats.first_mask_s > 0
+        hook._process.close()
+        assert not hook._process.child.is_alive()
+
+
+def test_the_constraint_process_names_its_failures_and_is_replaced_when_it_dies(setup):
+    """A request the child fails is raised in the parent with the child's traceback, and the child serves on; so is what
+    a step's tokens raised there (told at the next request).  A child that dies fails the request with its exit code,
+    and the next engine call starts a new one."""
+    import torch
+
+    from little_dragon.generation.constrained import ConstraintStats
+    from little_dragon.generation.constraint_process import ConstraintProcess, ConstraintProcessError
+
+    _, tok, prompts = setup
+    proc = ConstraintProcess(tok, semantic=False)
+    stats = ConstraintStats()
+    calls = proc.attempts(prompts[:1], 2, False, False, stats)
+    scores = torch.zeros(1, proc.vocab_size)
+    with pytest.raises(ConstraintProcessError, match=r"failed 'masks'(.|\n)*IndexError"):
+        calls(torch.tensor([7]), None, scores)
+    assert calls.line_marks(torch.tensor([0, 1])) == ([0, 0], [True, True])
+    calls.ahead(torch.tensor([9]), torch.tensor([5]))
+    with pytest.raises(ConstraintProcessError, match=r"IndexError"):
+        calls.line_marks(torch.tensor([0]))
+    calls(torch.tensor([1]), None, scores)  # serves on: attempt 1's first mask
+    assert torch.isinf(scores).any() and not torch.isinf(scores).all()
+    proc.child.kill()
+    proc.child.join()
+    with pytest.raises(ConstraintProcessError, match=r"exit code -9"):
+        calls.line_marks(torch.tensor([0]))
+    again = proc.attempts(prompts[:1], 1, False, False, stats)
+    assert proc.started == 2 and again.line_marks(torch.tensor([0])) == ([0], [True])
+    proc.close()
+    assert not proc.child.is_alive()

@@ -152,12 +152,23 @@ class ConstraintStats:
     finished_earlier_lines: int = 0  # the lines they dropped (a refused line included)
     finished_untiled: int = 0      # of them, ended without their tiling annotations (a tiled block left unbound)
     runaway_lines: int = 0         # lines cut at ``LINE_MAX_BYTES`` without their end (drawn again, or the attempt ends)
+    rpc_s: float = 0.0             # the decoding loop waiting for the constraint's own process to answer (``PROCESS``)
     reasons: dict[str, int] = dataclasses.field(default_factory=dict)
     retry_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def add_reason(self, reason: str, retried: bool = False) -> None:
         key, counts = reason[:120], self.retry_reasons if retried else self.reasons
         counts[key] = counts.get(key, 0) + 1
+
+    def add(self, other: dict[str, Any]) -> None:
+        """Add ``other`` (``dataclasses.asdict`` of another's counts: the constraint process's of one call) to these."""
+        for name, value in other.items():
+            if isinstance(value, dict):
+                counts = getattr(self, name)
+                for key, n in value.items():
+                    counts[key] = counts.get(key, 0) + n
+            else:
+                setattr(self, name, getattr(self, name) + value)
 
     def as_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -333,6 +344,11 @@ COMPILE_THREADS: bool | None = None
 # and no compile of a whole line grammar.  None = where the model runs on a CPU (there the masks and compiles are
 # the step's critical path; on an accelerator they run beside the forward pass: ``BACKGROUND``), True/False = always/never.
 SAMPLE_FIRST: bool | None = None
+# the shared-prefix engine's constraint work in a process of its own (``constraint_process``) instead of a thread
+# of the model's: the constraint's Python then holds no GIL the model's forward pass needs (on the H200 the forward
+# pass took 35 -> 62 ms a step beside the constraint thread: results/constrained-decoding.md, session 22).  The
+# same masks and scripts (a test checks it); off until measured on the device.
+PROCESS: bool = False
 
 
 def _sample_first(device: Any) -> bool:
@@ -1475,8 +1491,7 @@ class AttemptLogitsProcessor:
         engine drops (a line TVM refused, drawn again: ``ScriptConstraint.line_retries``) and whether its next token
         starts a line (the engine keeps the logits it is drawn from, to draw a retried line again from them)."""
         self._collect()
-        cs = [self.constraints[a] for a in attempts.tolist()]
-        return [c.taken_back() for c in cs], [c.at_line_start() for c in cs]
+        return self.line_marks_ids(attempts.tolist())
 
     def sample_first(self, device: Any) -> bool:
         """Whether the engine should draw each attempt's token unmasked, ask ``allows``, and mask (``__call__``)
@@ -1489,8 +1504,16 @@ class AttemptLogitsProcessor:
         (``ScriptConstraint.allows``: the bit its mask would have).  ``redraw``: tokens drawn again after a refusal
         (``shared_prefix._checked_sample``), counted apart."""
         self._collect()
+        out = self.allows_ids(attempts.tolist(), tokens.tolist(), redraw)
+        if self._t0 is not None and self.constraints:
+            self.constraints[0].stats.first_mask_s += time.perf_counter() - self._t0
+            self._t0 = None
+        return out
+
+    def allows_ids(self, ids: list[int], toks: list[int], redraw: bool = False) -> list[bool]:
+        """``allows`` of attempt ids and tokens as lists, the background work already collected."""
         t = time.perf_counter()
-        out = [self.constraints[a].allows(tok) for a, tok in zip(attempts.tolist(), tokens.tolist())]
+        out = [self.constraints[a].allows(tok) for a, tok in zip(ids, toks)]
         if self.constraints:
             stats, now = self.constraints[0].stats, time.perf_counter()
             if redraw:
@@ -1500,10 +1523,12 @@ class AttemptLogitsProcessor:
                 stats.checked += len(out)
                 stats.check_refused += out.count(False)
             stats.check_s += now - t
-            if self._t0 is not None:
-                stats.first_mask_s += now - self._t0
-                self._t0 = None
         return out
+
+    def line_marks_ids(self, ids: list[int]) -> tuple[list[int], list[bool]]:
+        """``line_marks`` of attempt ids as a list, the background work already collected."""
+        cs = [self.constraints[a] for a in ids]
+        return [c.taken_back() for c in cs], [c.at_line_start() for c in cs]
 
     def _consume(self, ids: list[int], toks: list[int], states: StatesAhead | None = None) -> None:
         """Advance attempts ``ids`` by ``toks``; the facts of the lines they end asked of the worker first (or already
@@ -1556,6 +1581,22 @@ class AttemptLogitsProcessor:
         apply_bitmask(scores, bits)
         return scores
 
+    def close(self) -> None:
+        """After the engine call (also when it failed): the background work collected, every end check settled."""
+        try:
+            self._collect()
+        finally:
+            for c in self.constraints:
+                c.settle()
+
+    def results(self, texts: list[list[str]], n: int) -> list[list[tuple[str, bool]]]:
+        """Per prompt, per attempt of its ``texts`` (the engine's decoded attempts), the script its constraint keeps
+        and whether it passed the line checks (``n`` attempts a prompt were constrained; 1 when greedy: the prompt's
+        one constraint serves every attempt)."""
+        return [[(c.script(t), not c.dead) for c, t in
+                 zip((self.constraints[p * n + (a if n == len(ts) else 0)] for a in range(len(ts))), ts)]
+                for p, ts in enumerate(texts)]
+
 
 class ConstrainedDecoding:
     """The ``generation.sample`` hook: ``factory(batch_prompts, k)`` gives the processor of one batch whose
@@ -1570,7 +1611,12 @@ class ConstrainedDecoding:
         self.last_constraints: list[ScriptConstraint] = []
         self.processor: CodecLogitsProcessor | None = None
         self._engine: TokenEngine | None = None
-        if semantic and ISOLATE_TVM:
+        self._process: Any = None
+        if PROCESS:  # the shared-prefix engine's constraints live in their own process; it starts now, beside the model
+            from little_dragon.generation.constraint_process import ConstraintProcess
+
+            self._process = ConstraintProcess(tokenizer, semantic, line_retries, finish_back)
+        elif semantic and ISOLATE_TVM:
             for role in ("lines", "end"):  # the workers' processes and imports while the caller loads its model
                 tvm_worker(role).start()
 
@@ -1597,11 +1643,16 @@ class ConstrainedDecoding:
         return self.processor
 
     def attempt_processor(self, prompts: list[str], n: int, defer_end: bool = False,
-                          retries: bool = True) -> AttemptLogitsProcessor:
+                          retries: bool = True) -> Any:
         """The shared-prefix engine's processor of one call over ``prompts``, ``n`` attempts each (attempt
         ``p * n + j`` is ``constraints[p * n + j]``; ``last_constraints`` are these).  ``defer_end``: the end checks
         run beside decoding (the caller ``settle``s every constraint after the call).  ``retries``: a refused line
-        is drawn again (``line_retries`` times an attempt; not when greedy, which would draw it again)."""
+        is drawn again (``line_retries`` times an attempt; not when greedy, which would draw it again).  Under ``PROCESS``
+        the constraints live in the constraint process (``constraint_process.ProcessAttempts``; ``last_constraints``
+        stays empty) and this call's counts join ``stats`` at its ``results``."""
+        if self._process is not None:
+            self.last_constraints = []
+            return self._process.attempts(prompts, n, defer_end, retries, self.stats)
         t0 = time.perf_counter()
         self.last_constraints = self.constraints_for(prompts, n)
         for c in self.last_constraints:
@@ -1610,6 +1661,11 @@ class ConstrainedDecoding:
         self.stats.setup_s += time.perf_counter() - t0
         self.processor = None  # the model's forward pre-hook is the HF path's; the engine calls ``ahead`` itself
         return AttemptLogitsProcessor(self.engine(), self.last_constraints, t0)
+
+    def wait_ready(self) -> None:
+        """Wait until the constraint process (``PROCESS``) has started (benchmarks: not in the first call's time)."""
+        if self._process is not None:
+            self._process.wait_ready()
 
     def forward_pre_hook(self, module: Any, args: Any, kwargs: Any) -> None:
         """For ``model.register_forward_pre_hook(..., with_kwargs=True)``: hands the tokens just sampled
@@ -1715,7 +1771,7 @@ def _generate_constrained_shared(model: Any, tokenizer: Any, prompts: list[str],
 
     per_chunk = max(1, batch_size // max(k, 1))
 
-    def run(ps: list[str], kk: int, chunk: int) -> tuple[list[list[str]], list[list[ScriptConstraint]]]:
+    def run(ps: list[str], kk: int, chunk: int) -> tuple[list[list[str]], list[list[tuple[str, bool]]]]:
         n = kk if temperature > 0 else 1
         # the end checks beside decoding: an attempt at `post *` may only end, so its verdict is needed only after
         # the call (the worker checks it while the model computes the next steps)
@@ -1724,22 +1780,20 @@ def _generate_constrained_shared(model: Any, tokenizer: Any, prompts: list[str],
             out = sample_token_ids(model, tokenizer, ps, kk, max_new_tokens, temperature, prompts_per_chunk=chunk,
                                    logits_processor=proc)
         finally:
-            for c in proc.constraints:
-                c.settle()
+            proc.close()
         texts = [[tokenizer.decode(ids, skip_special_tokens=True) for ids in a] for a in out.token_ids]
-        cons = [[proc.constraints[p * n + (a if n == kk else 0)] for a in range(kk)] for p in range(len(ps))]
-        return texts, cons
+        return texts, proc.results(texts, n)
 
     t0 = time.perf_counter()
-    raw, cons = run(prompts, k, per_chunk)
+    raw, kept = run(prompts, k, per_chunk)
     first_seconds = time.perf_counter() - t0
     generated = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for ts in raw for t in ts)
-    scripts = [[c.script(t) for c, t in zip(cs, ts)] for cs, ts in zip(cons, raw)]
-    ok = [[not c.dead for c in cs] for cs in cons]
+    scripts = [[s for s, _ in pairs] for pairs in kept]
+    ok = [[good for _, good in pairs] for pairs in kept]
 
     def resample(pending: list[tuple[int, int]]) -> dict[tuple[int, int], tuple[str, bool]]:
-        texts, cs = run([prompts[p] for p, _ in pending], 1, max(1, batch_size))
-        return {pa: (c.script(t), not c.dead) for pa, (t,), (c,) in zip(pending, texts, cs)}
+        _, kept = run([prompts[p] for p, _ in pending], 1, max(1, batch_size))
+        return {pa: pair for pa, (pair,) in zip(pending, kept)}
 
     return _with_resamples(tokenizer, scripts, ok, max_resamples, hook, resample, t0, first_seconds, generated)
 
