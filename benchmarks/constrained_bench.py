@@ -408,7 +408,7 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
         for name, value in knobs:
             setattr(owner(name), name, value)
         kw = {"cache_implementation": engine} if engine != "dynamic" else {}
-        if retries or back or getattr(mod, "PROCESS", False):
+        if retries or back or getattr(mod, "PROCESSES", 0):
             # +retriesN: a line TVM refuses is drawn again in its attempt, N times an attempt (the engine's); +backN: an
             # attempt that stops short ends up to N lines earlier (finish_back); +process: the child started and ready
             # before the clock, as it is beside a model's load (the thread arms' TVM workers start asynchronously)
@@ -439,18 +439,21 @@ def _knob(mode: str) -> tuple[str, Any]:
     forward pass or not (BACKGROUND); +threads / +inline: line grammars compiled in worker threads or inline
     (COMPILE_THREADS; code older than it has none); +checked / +masked: the shared-prefix engine draws first and
     masks only refused draws, or masks every step (SAMPLE_FIRST); +noredraw: a refused draw is masked at once
-    (shared_prefix.REDRAWS 0: the draws of code before redraws existed, so the same scripts as its arms); +process: the
-    constraint work in a process of its own (PROCESS; started and ready before the arm's clock).  +retriesN (read
+    (shared_prefix.REDRAWS 0: the draws of code before redraws existed, so the same scripts as its arms); +processN: the
+    constraint work in N processes of its own (PROCESSES; +process: one; started and ready before the arm's clock).
+    +retriesN (read
     in ``_arm_run``): line retries, N an attempt (``generation.constrained_line_retries``; arms without it: none).
     +backN (read there too): an attempt that stops short of a finished kernel ends at most N lines earlier
     (``generation.constrained_finish_back``; arms without it: 0)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),
-             "noredraw": ("REDRAWS", 0), "process": ("PROCESS", True)}
+             "noredraw": ("REDRAWS", 0)}
     if mode in fixed:
         return fixed[mode]
-    raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, process, "
+    if re.fullmatch(r"process\d*", mode):
+        return "PROCESSES", int(mode[len("process"):] or 1)
+    raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, processN, "
                      "retriesN, backN, shared_prefix)")
 
 

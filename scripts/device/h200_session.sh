@@ -12,6 +12,7 @@
 # Calls (each starts with `bash .devcarry/c<N>/h200_session.sh STEP` or the snapshot's copy of this script):
 #   1 carry [.devcarry/tvm-a, .devcarry/c1]            stage     park TVM part 0 + GGUF part 1
 #   2 carry [.devcarry/tvm-b, .devcarry/c2]            install   TVM + wheels, snapshot, data, GGUF part 2
+#                                                      (TVM_B=.devcarry/tvm-b: without it, install takes the no-TVM branch)
 #   3 carry [.devcarry/c3]                             sft bench GGUF part 3, SFT (writes /opt/ld/sft), speed
 #   4 (nothing carried)                                eval      sealed CUDA evaluation  (bash /opt/ld/h200_session.sh eval;
 #                                                                EVAL_NAME names its scratch folder, GEN_EXTRA adds --gen-set options)

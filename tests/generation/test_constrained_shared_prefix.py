@@ -450,11 +450,11 @@ SAME_COUNTS = ("attempts", "lines", "rejected_decode", "rejected_apply", "reject
                "checked", "check_refused", "redraws", "redraw_refused", "reasons", "retry_reasons")
 
 
-def test_the_constraint_process_samples_what_the_thread_samples(setup):
-    """``constrained.PROCESS``: the constraints, their masks and TVM workers in a process of their own give the same first
-    and final scripts, verdicts and counts as the thread beside the forward pass -- masked every step and drawn then
-    checked, with line retries (a model fond of refused compute-at lines) and an earlier finish; the child's counts join
-    the hook's, and it ends when closed."""
+def test_the_constraint_processes_sample_what_the_thread_samples(setup):
+    """``constrained.PROCESSES``: the constraints, their masks and TVM workers in processes of their own (one, or two
+    sharing out the prompts) give the same first and final scripts, verdicts and counts as the thread beside the forward
+    pass -- masked every step and drawn then checked, with line retries (a model fond of refused compute-at lines) and
+    an earlier finish; the children's counts join the hook's, and they end when closed."""
     import os
 
     import torch
@@ -463,10 +463,10 @@ def test_the_constraint_process_samples_what_the_thread_samples(setup):
 
     model, tok, prompts = setup
     model = _fond_of(model, tok, "blk C\nloops b0 3\nat b0 l1\nrat b0 l2\nat b1 l2\n", 6.0)
-    for checked in (False, True):
+    for checked, counts in ((False, (0, 1, 2)), (True, (0, 2))):
         runs = []
-        for process in (False, True):
-            constrained.BACKGROUND, constrained.SAMPLE_FIRST, constrained.PROCESS = True, checked, process
+        for processes in counts:
+            constrained.BACKGROUND, constrained.SAMPLE_FIRST, constrained.PROCESSES = True, checked, processes
             try:
                 hook = constrained.ConstrainedDecoding(tok, line_retries=1, finish_back=4)
                 torch.manual_seed(3)
@@ -474,16 +474,20 @@ def test_the_constraint_process_samples_what_the_thread_samples(setup):
                                                      hook=hook, cache_implementation="shared_prefix")
             finally:
                 constrained.BACKGROUND = constrained.SAMPLE_FIRST = None
-                constrained.PROCESS = False
+                constrained.PROCESSES = 0
             runs.append((r, hook))
-        (a, thread_hook), (b, hook) = runs
-        assert thread_hook._process is None and hook._process.child.pid != os.getpid() and hook.last_constraints == []
-        assert (b.first_scripts, b.scripts, b.first_ok) == (a.first_scripts, a.scripts, a.first_ok), checked
-        assert {n: getattr(b.stats, n) for n in SAME_COUNTS} == {n: getattr(a.stats, n) for n in SAME_COUNTS}
+        (a, thread_hook), *others = runs
+        assert thread_hook._processes == [] and a.stats.rpc_s == 0
         assert a.stats.lines > 0 and a.stats.line_retries > 0 and a.stats.resampled > 0, a.stats.as_dict()
-        assert (a.stats.checked > 0) == checked and b.stats.rpc_s > 0 == a.stats.rpc_s and b.stats.first_mask_s > 0
-        hook._process.close()
-        assert not hook._process.child.is_alive()
+        assert (a.stats.checked > 0) == checked
+        for k, (b, hook) in zip(counts[1:], others):
+            assert len(hook._processes) == k and hook.last_constraints == []
+            assert all(p.child.pid != os.getpid() and p.child.is_alive() for p in hook._processes)
+            assert (b.first_scripts, b.scripts, b.first_ok) == (a.first_scripts, a.scripts, a.first_ok), (checked, k)
+            assert {n: getattr(b.stats, n) for n in SAME_COUNTS} == {n: getattr(a.stats, n) for n in SAME_COUNTS}
+            assert b.stats.rpc_s > 0 and b.stats.first_mask_s > 0
+            hook.close()
+            assert not any(p.child.is_alive() for p in hook._processes)
 
 
 def test_the_constraint_process_names_its_failures_and_is_replaced_when_it_dies(setup):
@@ -493,12 +497,13 @@ def test_the_constraint_process_names_its_failures_and_is_replaced_when_it_dies(
     import torch
 
     from little_dragon.generation.constrained import ConstraintStats
-    from little_dragon.generation.constraint_process import ConstraintProcess, ConstraintProcessError
+    from little_dragon.generation.constraint_process import (ConstraintProcess, ConstraintProcessError,
+                                                             ProcessAttempts)
 
     _, tok, prompts = setup
     proc = ConstraintProcess(tok, semantic=False)
     stats = ConstraintStats()
-    calls = proc.attempts(prompts[:1], 2, False, False, stats)
+    calls = ProcessAttempts([proc], prompts[:1], 2, False, False, stats)
     scores = torch.zeros(1, proc.vocab_size)
     with pytest.raises(ConstraintProcessError, match=r"failed 'masks'(.|\n)*IndexError"):
         calls(torch.tensor([7]), None, scores)
@@ -512,7 +517,7 @@ def test_the_constraint_process_names_its_failures_and_is_replaced_when_it_dies(
     proc.child.join()
     with pytest.raises(ConstraintProcessError, match=r"exit code -9"):
         calls.line_marks(torch.tensor([0]))
-    again = proc.attempts(prompts[:1], 1, False, False, stats)
+    again = ProcessAttempts([proc], prompts[:1], 1, False, False, stats)
     assert proc.started == 2 and again.line_marks(torch.tensor([0])) == ([0], [True])
     proc.close()
     assert not proc.child.is_alive()

@@ -5,7 +5,9 @@
   under `ax1_0` and `ax1_1`, both threadIdx.x 64, bound as ``ax1_0 * 64 + ax1_1``; its lowered load is
   ``threadIdx_x * 65``, 64 of 4,096 elements summed.  The nested-binding rule allows equal extents (MetaSchedule's
   cooperative fetch binds a copy block's own loop so inside its consumer's thread loop, and that is right: the copy
-  block uses only its own loop), so this rule reads the block's bindings.
+  block uses only its own loop), so this rule reads the block's bindings -- and its predicate: session 28's wrong
+  result used one blockIdx.z loop in its binding and another only in its predicate (``inner < 1``), so only blockIdx.z
+  0 computed.
 - A launch over CUDA's per-axis limits (``constrain_state.launch_over_limits`` of the lowered device modules): at most
   64 threads along threadIdx.z.  VerifyGPUCode checks only the per-block total when the target gives no per-axis
   limits (the evaluation's do not); the sealed runtime error launched 512 along threadIdx.z.
@@ -123,6 +125,44 @@ def test_two_loops_of_one_axis_lower_to_one_index_and_are_refused(row_sum):
     assert _row_read(_lowered_devices(mod, ctx, TWO_AXES)) == set(range(16))  # two axes: the whole row
     why = finish_check(mod, ctx, DIAGONAL)
     assert why.startswith(DIAGONAL_MESSAGE) and "threadIdx.x" in why, why
+
+
+# C[i, j] = 2 A[i, j] over 8 x 16: i split 1 x 8, its unit outer part fused (TVM drops it from the block's binding),
+# then split _ x 8 (l6: only in the block's predicate, ``l6 < 1``), l6 and i's inner part on blockIdx.x 8 (session 28's
+# H200 wrong result, a `T_multiply_red` whose row loop and a predicate-only loop were both blockIdx.z 128)
+PREDICATE_LOOP = "blk C\nloops b0 2\nsplit l0 1 8\nfuse l2\nsplit l4 _ 8\nbind l6 {axis}\nbind l3 bx\nbind l1 tx\npost *\n"
+
+
+def test_a_loop_of_the_same_axis_in_the_predicate_alone_is_refused():
+    """The block's binding uses one blockIdx.x loop and its predicate another: TVM lowers both to one index, so the
+    kernel writes only ``C[threadIdx_x]`` under ``blockIdx_x < 1`` (row 0 of 8); the end check refuses it.  On
+    blockIdx.y the predicate loop is a loop of its own (the rows written, by the blocks with blockIdx.y 0) and the end
+    check accepts it."""
+    from tvm import te
+
+    from little_dragon import codec
+    from little_dragon.codec import PostprocContext
+    from little_dragon.codec.validity import check_module_script
+    from little_dragon.generation.constrain_state import diagonal_thread_bindings, replay
+    from little_dragon.generation.schedule_worker import finish_check
+
+    a = te.placeholder((8, 16), name="A")
+    mod = prim_module([a, te.compute((8, 16), lambda i, j: a[i, j] * 2.0, name="C")])
+    ctx = PostprocContext(mod, H200)
+    same, other = PREDICATE_LOOP.format(axis="bx"), PREDICATE_LOOP.format(axis="by")
+    assert check_module_script(same, mod, ctx).valid
+    sch = replay(mod, codec.decode(same.replace("post *\n", ""), codec.SyntaxOnlyContext())).sch
+    assert len(diagonal_thread_bindings(sch)) == 1
+    (kernel,) = _lowered_devices(mod, ctx, same)
+    text = kernel.script()
+    assert "if blockIdx_x < 1:" in text and "C[threadIdx_x] = A[threadIdx_x]" in text, text
+    assert "C[blockIdx_y * 16" not in text
+    why = finish_check(mod, ctx, same)
+    assert why.startswith("two thread loops of one axis in one block: block C binds its iters with loops i_0_fused_1 "
+                          "(8) and i_1 (8), all bound to blockIdx.x"), why
+    (kernel,) = _lowered_devices(mod, ctx, other)
+    assert "C[blockIdx_x * 16 + threadIdx_x]" in kernel.script()
+    assert finish_check(mod, ctx, other) == ""
 
 
 @pytest.mark.parametrize("text", [ONE_BOUND, TWO_AXES], ids=["one-loop-bound", "threadIdx.y-and-x"])

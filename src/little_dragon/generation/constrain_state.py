@@ -1403,7 +1403,9 @@ def diagonal_thread_bindings(sch: Any) -> list[str]:
     ``ax1_0 * 64 + ax1_1``: the lowered load is ``threadIdx_x * 65``, 64 of 4,096 elements summed).
     ``nested_thread_bindings`` allows equal extents on purpose: MetaSchedule's cooperative fetch binds a copy block's
     own loop inside its consumer's thread loop at the same axis and extent, and the copy block uses only its own
-    (right).  Virtual threads are ``nested_thread_bindings``' business."""
+    (right).  Virtual threads are ``nested_thread_bindings``' business.  A loop the block's predicate uses counts as one
+    it uses: session 28's H200 run had a wrong result whose `T_multiply_red` bound its row with one blockIdx.z loop (128)
+    and kept ``inner < 1`` of another inside it (128): one index, so only blockIdx.z 0 computed its rows."""
     from tvm.s_tir import SBlockRealize
     from tvm.tirx import For, Stmt, analysis
 
@@ -1421,7 +1423,7 @@ def diagonal_thread_bindings(sch: Any) -> list[str]:
             if kept:
                 bound.pop()
         elif isinstance(stmt, SBlockRealize):
-            used = {hash(v) for binding in stmt.iter_values for v in analysis.undefined_vars(binding, [])}
+            used = {hash(v) for expr in (*stmt.iter_values, stmt.predicate) for v in analysis.undefined_vars(expr, [])}
             by_axis: dict[str, list[str]] = {}
             for h, axis, name, extent in bound:
                 if h in used:

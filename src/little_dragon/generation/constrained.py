@@ -152,7 +152,7 @@ class ConstraintStats:
     finished_earlier_lines: int = 0  # the lines they dropped (a refused line included)
     finished_untiled: int = 0      # of them, ended without their tiling annotations (a tiled block left unbound)
     runaway_lines: int = 0         # lines cut at ``LINE_MAX_BYTES`` without their end (drawn again, or the attempt ends)
-    rpc_s: float = 0.0             # the decoding loop waiting for the constraint's own process to answer (``PROCESS``)
+    rpc_s: float = 0.0             # the decoding loop waiting for the constraint processes' answers (``PROCESSES``)
     reasons: dict[str, int] = dataclasses.field(default_factory=dict)
     retry_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
 
@@ -344,11 +344,12 @@ COMPILE_THREADS: bool | None = None
 # and no compile of a whole line grammar.  None = where the model runs on a CPU (there the masks and compiles are
 # the step's critical path; on an accelerator they run beside the forward pass: ``BACKGROUND``), True/False = always/never.
 SAMPLE_FIRST: bool | None = None
-# the shared-prefix engine's constraint work in a process of its own (``constraint_process``) instead of a thread
-# of the model's: the constraint's Python then holds no GIL the model's forward pass needs (on the H200 the forward
-# pass took 35 -> 62 ms a step beside the constraint thread: results/constrained-decoding.md, session 22).  The
-# same masks and scripts (a test checks it); off until measured on the device.
-PROCESS: bool = False
+# the shared-prefix engine's constraint work in N processes of its own (``constraint_process``; prompts dealt out
+# among them) instead of a thread of the model's: the constraint's Python then holds no GIL the model's forward pass
+# needs, and N processes do a step's work side by side.  The same masks and scripts (a test checks it).  0 = the
+# thread.  Session 28 on the H200, one process: the model's loop stays at the free step's cost, but waits on the one
+# process's ~67 ms of work a step, so the step is no faster (results/constrained-decoding.md); N > 1 is unmeasured there.
+PROCESSES: int = 0
 
 
 def _sample_first(device: Any) -> bool:
@@ -1611,11 +1612,12 @@ class ConstrainedDecoding:
         self.last_constraints: list[ScriptConstraint] = []
         self.processor: CodecLogitsProcessor | None = None
         self._engine: TokenEngine | None = None
-        self._process: Any = None
-        if PROCESS:  # the shared-prefix engine's constraints live in their own process; it starts now, beside the model
+        self._processes: list = []
+        if PROCESSES > 0:  # the shared-prefix engine's constraints live in processes of their own, started now
             from little_dragon.generation.constraint_process import ConstraintProcess
 
-            self._process = ConstraintProcess(tokenizer, semantic, line_retries, finish_back)
+            self._processes = [ConstraintProcess(tokenizer, semantic, line_retries, finish_back)
+                               for _ in range(PROCESSES)]
         elif semantic and ISOLATE_TVM:
             for role in ("lines", "end"):  # the workers' processes and imports while the caller loads its model
                 tvm_worker(role).start()
@@ -1647,12 +1649,14 @@ class ConstrainedDecoding:
         """The shared-prefix engine's processor of one call over ``prompts``, ``n`` attempts each (attempt
         ``p * n + j`` is ``constraints[p * n + j]``; ``last_constraints`` are these).  ``defer_end``: the end checks
         run beside decoding (the caller ``settle``s every constraint after the call).  ``retries``: a refused line
-        is drawn again (``line_retries`` times an attempt; not when greedy, which would draw it again).  Under ``PROCESS``
-        the constraints live in the constraint process (``constraint_process.ProcessAttempts``; ``last_constraints``
+        is drawn again (``line_retries`` times an attempt; not when greedy, which would draw it again).  Under ``PROCESSES``
+        the constraints live in the constraint processes (``constraint_process.ProcessAttempts``; ``last_constraints``
         stays empty) and this call's counts join ``stats`` at its ``results``."""
-        if self._process is not None:
+        if self._processes:
+            from little_dragon.generation.constraint_process import ProcessAttempts
+
             self.last_constraints = []
-            return self._process.attempts(prompts, n, defer_end, retries, self.stats)
+            return ProcessAttempts(self._processes, prompts, n, defer_end, retries, self.stats)
         t0 = time.perf_counter()
         self.last_constraints = self.constraints_for(prompts, n)
         for c in self.last_constraints:
@@ -1663,9 +1667,14 @@ class ConstrainedDecoding:
         return AttemptLogitsProcessor(self.engine(), self.last_constraints, t0)
 
     def wait_ready(self) -> None:
-        """Wait until the constraint process (``PROCESS``) has started (benchmarks: not in the first call's time)."""
-        if self._process is not None:
-            self._process.wait_ready()
+        """Wait until the constraint processes (``PROCESSES``) have started (benchmarks: not in the first call's time)."""
+        for proc in self._processes:
+            proc.wait_ready()
+
+    def close(self) -> None:
+        """End the constraint processes now (they end with the hook or the program otherwise)."""
+        for proc in self._processes:
+            proc.close()
 
     def forward_pre_hook(self, module: Any, args: Any, kwargs: Any) -> None:
         """For ``model.register_forward_pre_hook(..., with_kwargs=True)``: hands the tokens just sampled

@@ -1,12 +1,14 @@
-"""The shared-prefix engine's constraint work in a process of its own (``constrained.PROCESS``).
+"""The shared-prefix engine's constraint work in processes of its own (``constrained.PROCESSES``).
 
 Why: in a thread beside the model (``constrained.BACKGROUND``) the constraint's Python shares the model's GIL, and on
 the H200 the forward pass took 35 -> 62 ms a step (results/constrained-decoding.md, session 22).  Here the constraints
-(``ScriptConstraint``), their line grammars, masks and TVM workers live in a child process; the model's process only
-sends each step's tokens and applies the masks.  The constraint is a function of each attempt's own tokens, so the
-masks and scripts are the thread's (tests/generation/test_constraint_process.py runs both).
+(``ScriptConstraint``), their line grammars, masks and TVM workers live in child processes, the call's prompts dealt
+out among them (``ProcessAttempts``); the model's process only sends each step's tokens and applies the masks.  The
+constraint is a function of each attempt's own tokens, so the masks and scripts are the thread's
+(tests/generation/test_constrained_shared_prefix.py runs both).
 
-Protocol (one duplex ``multiprocessing`` pipe, spawn context; requests answered in order, one at a time):
+Protocol: one duplex ``multiprocessing`` pipe per child (spawn context), requests answered in order, one at a time;
+each child holds its share of the call's prompts, and the ids below are its own:
 
 - child -> parent once, at start: ``("ready", vocab_size)`` or ``("error", traceback)``.
 - ``("start", prompts, n, defer_end, retries, knobs)`` -> ``(takes_back, bitmask)``: one engine call's constraints
@@ -66,7 +68,7 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
 
         for k, v in knobs.items():
             setattr(constrained, k, v)
-        constrained.PROCESS = False
+        constrained.PROCESSES = 0
         hook = constrained.ConstrainedDecoding(tokenizer, semantic, line_retries, finish_back)
         vocab = hook.engine().vocab_size
         if semantic:  # TVM's import (~3 s on a CPU) before the first call, which parses the prompts' kernels
@@ -103,7 +105,7 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
                 prompts, n, defer_end, retries, knobs = args
                 for k, v in knobs.items():
                     setattr(constrained, k, v)
-                constrained.PROCESS = False
+                constrained.PROCESSES = 0
                 hook.stats = constrained.ConstraintStats()
                 proc = hook.attempt_processor(prompts, n, defer_end, retries)
                 proc._t0 = None  # the parent times the cold start
@@ -145,7 +147,7 @@ def _stop(child: Any, conn: Any) -> None:
 
 
 class ConstraintProcess:
-    """The child process of one ``ConstrainedDecoding`` (``PROCESS``), started at once (its imports, tokenizer
+    """One child process of a ``ConstrainedDecoding`` (``PROCESSES``), started at once (its imports, tokenizer
     engine and TVM workers overlap the caller's model load) and replaced when it dies."""
 
     def __init__(self, tokenizer: Any, semantic: bool = True, line_retries: int = 0, finish_back: int = 0):
@@ -190,45 +192,87 @@ class ConstraintProcess:
         try:
             self.conn.send(message)
         except (BrokenPipeError, OSError):
-            pass  # a dead child: the next request says so, with its exit code
+            pass  # a dead child: the next answer says so, with its exit code
 
-    def request(self, message: tuple) -> Any:
-        """``message``'s answer; a failed request raises ``ConstraintProcessError`` with the child's traceback."""
-        self.send(message)
-        kind, value = self._receive(f"answering {message[0]!r}")
+    def answer(self, what: str) -> Any:
+        """The answer to the request ``what`` sent last; a failure raises ``ConstraintProcessError`` with the child's
+        traceback."""
+        kind, value = self._receive(f"answering {what!r}")
         if kind != "ok":
-            raise ConstraintProcessError(f"the constraint process failed {message[0]!r}:\n{value}")
+            raise ConstraintProcessError(f"the constraint process failed {what!r}:\n{value}")
         return value
 
-    def attempts(self, prompts: list[str], n: int, defer_end: bool, retries: bool, stats: Any) -> "ProcessAttempts":
-        """One engine call's processor (``ConstrainedDecoding.attempt_processor``); a dead child is replaced first."""
+    def request(self, message: tuple) -> Any:
+        self.send(message)
+        return self.answer(message[0])
+
+    def ensure(self) -> None:
+        """A dead child replaced (at an engine call's start)."""
         if not self.child.is_alive():
             log.warning("constraint process (pid %s) had ended with exit code %s; starting a new one",
                         self.child.pid, self.child.exitcode)
             self._finalizer()
             self._start()
-        t0 = time.perf_counter()
-        self.wait_ready()
-        takes_back, bitmask = self.request(("start", prompts, n, defer_end, retries, _knobs()))
-        stats.rpc_s += time.perf_counter() - t0
-        return ProcessAttempts(self, takes_back, bitmask, stats, t0)
 
     def close(self) -> None:
         self._finalizer()
 
 
 class ProcessAttempts:
-    """``AttemptLogitsProcessor``'s interface to the shared-prefix engine, its work done in the constraint process."""
+    """``AttemptLogitsProcessor``'s interface to the shared-prefix engine, its work done in the constraint processes.
 
-    def __init__(self, process: ConstraintProcess, takes_back: bool, bitmask: Any, stats: Any, t0: float):
-        self.process, self.takes_back, self._bitmask, self.stats = process, takes_back, bitmask, stats
+    With several processes (``constrained.PROCESSES``) the call's prompts are dealt out, prompt ``p`` to process
+    ``p % N`` with its ``n`` attempts (they share schedule states and line grammars there).  Each step's requests go to
+    every process holding an attempt of the step, all sent before any answer is read, so the processes work side by
+    side.  Attempt ``p * n + j`` is attempt ``(p // N) * n + j`` of its process."""
+
+    def __init__(self, processes: list[ConstraintProcess], prompts: list[str], n: int, defer_end: bool,
+                 retries: bool, stats: Any):
+        t0 = time.perf_counter()
+        self.processes, self.n, self.stats = processes, n, stats
         self._t0: float | None = t0  # the call's start: its first masks time the cold start
         self._counted = False
+        k = len(processes)
+        for proc in processes:
+            proc.ensure()
+        self._live = [i for i in range(k) if prompts[i::k]]
+        for i in self._live:
+            processes[i].wait_ready()
+            processes[i].send(("start", prompts[i::k], n, defer_end, retries, _knobs()))
+        answers = [processes[i].answer("start") for i in self._live]
+        self.takes_back = any(takes for takes, _ in answers)
+        self._bitmask = {i: bits for i, (_, bits) in zip(self._live, answers)}
+        stats.rpc_s += time.perf_counter() - t0
 
-    def _request(self, message: tuple) -> Any:
+    def _split(self, ids: list[int], *columns: list) -> dict[int, tuple[list[int], list[int], list[list]]]:
+        """Process -> (positions in ``ids``, its local ids, those positions' entries of each of ``columns``)."""
+        k, n = len(self.processes), self.n
+        out: dict[int, tuple[list[int], list[int], list[list]]] = {}
+        for pos, a in enumerate(ids):
+            p, j = divmod(a, n)
+            where, local, cols = out.setdefault(p % k, ([], [], [[] for _ in columns]))
+            where.append(pos)
+            local.append((p // k) * n + j)
+            for c, col in zip(cols, columns):
+                c.append(col[pos])
+        return out
+
+    def _ask(self, op: str, ids: list[int], *columns: list, extra: tuple = ()) -> list:
+        """``op``'s answer for each of ``ids`` (with its entries of ``columns``), in their order, from the processes
+        holding them, asked side by side (``masks``: (process, row) pairs)."""
         t = time.perf_counter()
+        parts = self._split(ids, *columns)
         try:
-            return self.process.request(message)
+            for i, (_, local, cols) in parts.items():
+                self.processes[i].send((op, local, *cols, *extra))
+            out: list = [None] * len(ids)
+            for i, (where, _, _) in parts.items():
+                got = self.processes[i].answer(op)
+                if op == "marks":
+                    got = list(zip(*got))
+                for pos, value in zip(where, got):
+                    out[pos] = (i, value) if op == "masks" else value
+            return out
         finally:
             self.stats.rpc_s += time.perf_counter() - t
 
@@ -241,11 +285,13 @@ class ProcessAttempts:
         from little_dragon.generation.constrained import _compile_threads, _sample_first
 
         dev = tokens.device
-        self.process.send(("ahead", attempts.tolist(), tokens.tolist(), final, _sample_first(dev),
-                           _compile_threads(dev)))
+        flags = (final, _sample_first(dev), _compile_threads(dev))
+        for i, (_, local, (toks,)) in self._split(attempts.tolist(), tokens.tolist()).items():
+            self.processes[i].send(("ahead", local, toks, *flags))
 
     def line_marks(self, attempts: Any) -> tuple[list[int], list[bool]]:
-        return self._request(("marks", attempts.tolist()))
+        marks = self._ask("marks", attempts.tolist())
+        return [m[0] for m in marks], [m[1] for m in marks]
 
     def sample_first(self, device: Any) -> bool:
         from little_dragon.generation.constrained import _sample_first
@@ -253,26 +299,46 @@ class ProcessAttempts:
         return _sample_first(device)
 
     def allows(self, attempts: Any, tokens: Any, redraw: bool = False) -> list[bool]:
-        out = self._request(("allows", attempts.tolist(), tokens.tolist(), redraw))
+        out = self._ask("allows", attempts.tolist(), tokens.tolist(), extra=(redraw,))
         self._first()
         return out
 
     def __call__(self, attempts: Any, input_ids: Any, scores: Any) -> Any:
+        import torch
+
         from little_dragon.generation.constrained import apply_bitmask
 
         t = time.perf_counter()
-        rows = self._request(("masks", attempts.tolist()))
+        rows = self._ask("masks", attempts.tolist())
         self.stats.wait_s += time.perf_counter() - t
         self._first()
-        apply_bitmask(scores, self._bitmask[rows])
+        if len(self._bitmask) == 1:
+            (only,) = self._bitmask.values()
+            bits = only[[r for _, r in rows]]
+        else:
+            bits = torch.stack([self._bitmask[i][r] for i, r in rows])
+        apply_bitmask(scores, bits)
         return scores
 
     def close(self) -> None:
-        self._request(("close",))
+        t = time.perf_counter()
+        try:
+            for i in self._live:
+                self.processes[i].send(("close",))
+            for i in self._live:
+                self.processes[i].answer("close")
+        finally:
+            self.stats.rpc_s += time.perf_counter() - t
 
     def results(self, texts: list[list[str]], n: int) -> list[list[tuple[str, bool]]]:
-        pairs, counts = self._request(("results", texts, n))
-        if not self._counted:
-            self._counted = True
-            self.stats.add(counts)
-        return pairs
+        k = len(self.processes)
+        for i in self._live:
+            self.processes[i].send(("results", texts[i::k], n))
+        out: list = [None] * len(texts)
+        for i in self._live:
+            pairs, counts = self.processes[i].answer("results")
+            out[i::k] = pairs
+            if not self._counted:
+                self.stats.add(counts)
+        self._counted = True
+        return out
