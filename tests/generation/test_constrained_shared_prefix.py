@@ -492,7 +492,7 @@ def test_the_constraint_processes_sample_what_the_thread_samples(setup):
 
 def test_the_constraint_process_names_its_failures_and_is_replaced_when_it_dies(setup):
     """A request the child fails is raised in the parent with the child's traceback, and the child serves on; so is what
-    a step's tokens raised there (told at the next request).  A child that dies fails the request with its exit code,
+    a step's tokens raised there (told at the next request), also beside a second process.  A child that dies fails the request with its exit code,
     and the next engine call starts a new one."""
     import torch
 
@@ -513,6 +513,14 @@ def test_the_constraint_process_names_its_failures_and_is_replaced_when_it_dies(
         calls.line_marks(torch.tensor([0]))
     calls(torch.tensor([1]), None, scores)  # serves on: attempt 1's first mask
     assert torch.isinf(scores).any() and not torch.isinf(scores).all()
+    # two processes (prompt p to process p % 2): one fails a request, the other's answer to it is still read, so the
+    # next request's answers are that request's
+    other = ConstraintProcess(tok, semantic=False)
+    two = ProcessAttempts([proc, other], prompts[:2], 2, False, False, stats)
+    with pytest.raises(ConstraintProcessError, match=r"IndexError"):
+        two(torch.tensor([0, 2, 9]), None, torch.zeros(3, proc.vocab_size))  # 9: prompt 4, held by no one
+    assert two.line_marks(torch.tensor([0, 1, 2, 3])) == ([0] * 4, [True] * 4)
+    other.close()
     proc.child.kill()
     proc.child.join()
     with pytest.raises(ConstraintProcessError, match=r"exit code -9"):

@@ -218,6 +218,21 @@ class ConstraintProcess:
         self._finalizer()
 
 
+def _answers(processes: list[ConstraintProcess], what: str) -> list:
+    """Every process's answer to the request ``what`` each was sent, in order.  All are read before the first failure
+    is raised: an answer left unread would be taken for the answer to that process's next request."""
+    out, failed = [], None
+    for proc in processes:
+        try:
+            out.append(proc.answer(what))
+        except ConstraintProcessError as e:
+            out.append(None)
+            failed = failed or e
+    if failed is not None:
+        raise failed
+    return out
+
+
 class ProcessAttempts:
     """``AttemptLogitsProcessor``'s interface to the shared-prefix engine, its work done in the constraint processes.
 
@@ -239,7 +254,7 @@ class ProcessAttempts:
         for i in self._live:
             processes[i].wait_ready()
             processes[i].send(("start", prompts[i::k], n, defer_end, retries, _knobs()))
-        answers = [processes[i].answer("start") for i in self._live]
+        answers = _answers([processes[i] for i in self._live], "start")
         self.takes_back = any(takes for takes, _ in answers)
         self._bitmask = {i: bits for i, (_, bits) in zip(self._live, answers)}
         stats.rpc_s += time.perf_counter() - t0
@@ -266,8 +281,7 @@ class ProcessAttempts:
             for i, (_, local, cols) in parts.items():
                 self.processes[i].send((op, local, *cols, *extra))
             out: list = [None] * len(ids)
-            for i, (where, _, _) in parts.items():
-                got = self.processes[i].answer(op)
+            for (i, (where, _, _)), got in zip(parts.items(), _answers([self.processes[i] for i in parts], op)):
                 if op == "marks":
                     got = list(zip(*got))
                 for pos, value in zip(where, got):
@@ -325,8 +339,7 @@ class ProcessAttempts:
         try:
             for i in self._live:
                 self.processes[i].send(("close",))
-            for i in self._live:
-                self.processes[i].answer("close")
+            _answers([self.processes[i] for i in self._live], "close")
         finally:
             self.stats.rpc_s += time.perf_counter() - t
 
@@ -335,8 +348,7 @@ class ProcessAttempts:
         for i in self._live:
             self.processes[i].send(("results", texts[i::k], n))
         out: list = [None] * len(texts)
-        for i in self._live:
-            pairs, counts = self.processes[i].answer("results")
+        for i, (pairs, counts) in zip(self._live, _answers([self.processes[i] for i in self._live], "results")):
             out[i::k] = pairs
             if not self._counted:
                 self.stats.add(counts)
