@@ -43,6 +43,8 @@ from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleStat
                                                      repeated_in_place_update, replay)
 from little_dragon.generation.device_bounds import out_of_bounds_accesses
 from little_dragon.generation.launch_scopes import launch_scope_message, reads_outside_launch_scope
+from little_dragon.generation.tvm_breaks import (inits_without_their_update, regions_outside_buffers,
+                                                 updates_without_their_predicate, vector_stores_into_one_element)
 from little_dragon.tvmx.schedule import fingerprint, fresh_schedule
 
 TIMEOUT_S = 120.0  # one request: a line's apply takes milliseconds, a cut attempt's post-processing seconds at most
@@ -296,6 +298,11 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
     - on an accelerator, access no shared, local or warp buffer outside it (``device_bounds.out_of_bounds_accesses``
       of the lowered device modules, guards read: TVM's LowerCrossThreadReduction drops a block's predicate on the
       write-back; session 26's H200 sealed run, an illegal address);
+    - not be a kernel that TVM breaks in one of the ways ``tvm_breaks`` reads off its TIR (session 27's CPU sealed
+      wrong results, traced in session 28): a reduction's init writing a buffer its update never writes (ReIndex of a
+      blockized accumulator), an update repeated by a loop its dropped predicate kept to one iteration (blockize), a
+      block region outside its buffer, a vector stored into one element of a buffer that is read (VectorizeLoop over a
+      compacted allocation);
     - not be a kernel that TVM's StorageRewrite breaks (``in_place_fold_candidates`` on the kernel before
       post-processing, then ``repeated_in_place_update`` on the lowered one: a block a loop it does not use runs again
       and again, given its input's storage, reads its own output; apache/tvm#759).  No kernel runs: the lowered code
@@ -318,12 +325,22 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
         restart = reduction_restarted_by_loop(before_post)  # lines other than moves may put a loop there (reorder)
         if restart:
             return restarted_message(restart)
+        lost = inits_without_their_update(before_post)
+        if lost:
+            return (f"reduction without its accumulator: {lost[0]} (TVM's ReIndex moved the update to a new buffer "
+                    "and copies nothing back)")
+        rerun = updates_without_their_predicate(before_post)
+        if rerun:
+            return f"update repeated by a loop: {rerun[0]} (TVM's blockize dropped the predicate that kept it once)"
         clash = nested_thread_bindings(sch)
         if clash:
             return f"nested thread binding: {clash[0]}"
         diagonal = diagonal_thread_bindings(sch)
         if diagonal:
             return f"two thread loops of one axis in one block: {diagonal[0]}"
+        beyond = regions_outside_buffers(sch.mod)
+        if beyond:
+            return f"access outside a buffer: {beyond[0]}"
         target = as_target(post_context.target)
         on_device = on_accelerator(target)
         placed = blocks_in_run_order(sch) if on_device else []  # one walk of the kernel for the rules below
@@ -352,6 +369,10 @@ def finish_check(mod: Any, post_context: Any, text: str, key: Any = None) -> str
         lowered = lower_for_target(sch.mod, target, skip=END_CHECK_SKIPPED_PASSES)
     except Exception as e:  # noqa: BLE001 - TVM's lowering passes raise several error types
         return f"lowering: {_last_line(e)}"
+    one_element = vector_stores_into_one_element([lowered[0], *lowered[1]])
+    if one_element:
+        return (f"vector stored into one element: {one_element[0]} (TVM's VectorizeLoop did not widen a buffer that "
+                "CompactBufferAllocation shrank to one iteration's element)")
     over = launch_over_limits(lowered[1]) if target.kind.name == "cuda" else []
     if over:
         return (f"launch over CUDA's limits: kernel {over[0][0]} launches {over[0][2]} along {over[0][1]}, and CUDA "
