@@ -57,7 +57,8 @@ def main(args: argparse.Namespace) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        labels = [f"{r['device']}\n{r['arm']}" for r in rows]
+        # which run (the file's folder: session and code) and the arm's modes past the common ones, on short lines
+        labels = [f"{Path(r['file']).parent.name} ({r['device']})\n" + "\n+".join(r["arm"].split("+")) for r in rows]
         x = range(len(rows))
         fig, ax = plt.subplots(figsize=(2.4 + 2.2 * len(rows), 4))
         ax.bar([i - 0.2 for i in x], [r["shape"] for r in rows], 0.4, label="batch shape (a free constraint pays it)")
@@ -66,10 +67,11 @@ def main(args: argparse.Namespace) -> None:
             ax.annotate(f"tokens/s {r['ratio']:.2f}x", (i, max(r["shape"], r["per_step"])), ha="center",
                         va="bottom", fontsize=8)
         ax.axhline(TARGET, color="black", linestyle="--", linewidth=1, label=f"target {TARGET}x (tokens/s)")
-        ax.set_xticks(list(x), labels, fontsize=8)
+        ax.set_xticks(list(x), labels, fontsize=7)
         ax.set_ylabel("constrained / free")
+        ax.set_ylim(0, 1.25 * max(max(r["shape"], r["per_step"]) for r in rows))
         ax.set_title("Constrained decoding's tokens/s ratio = shape x per-step cost")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="lower right")
         fig.tight_layout()
         fig.savefig(args.plot, dpi=120)
         print(f"plot: {args.plot}")
