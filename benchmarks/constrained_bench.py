@@ -281,6 +281,7 @@ class StepTimer:
 
     def __init__(self, model: Any):
         self.calls: list[list[float]] = []  # per generate call: [prefill seconds, decoding steps]
+        self.rows: list[list[int]] = []     # per generate call: the batch's rows at each decoding step (its shape)
         self.engine_steps = 0
         self._t0: float | None = None
         self._handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
@@ -294,9 +295,11 @@ class StepTimer:
         self.engine_steps += int(mask is not None and mask.dim() == 4)  # the shared-prefix engine's decoding steps
         if prefill or not self.calls:
             self.calls.append([0.0, 0])
+            self.rows.append([])
             self._t0 = time.perf_counter()
         else:
             self.calls[-1][1] += 1
+            self.rows[-1].append(int(ids.shape[0]) if ids is not None else 0)
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
         if self._t0 is not None:
@@ -311,7 +314,8 @@ class StepTimer:
     def first(self, n_calls: int) -> dict[str, Any]:
         """The first ``n_calls`` generate calls (an arm's first pass; resamples come after)."""
         calls = self.calls[:n_calls]
-        return {"prefills": len(calls), "prefill_s": sum(c[0] for c in calls), "steps": int(sum(c[1] for c in calls))}
+        return {"prefills": len(calls), "prefill_s": sum(c[0] for c in calls), "steps": int(sum(c[1] for c in calls)),
+                "rows_per_step": self.rows[:n_calls]}
 
     def remove(self) -> None:
         for h in self._handles:
@@ -396,6 +400,7 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
         work0 = getattr(tokens, "compile_work_s", None)
         torch.manual_seed(args.seed)
         timer.calls.clear()
+        timer.rows.clear()
         retries = [int(m[len("retries"):]) for m in modes if re.fullmatch(r"retries\d+", m)]
         back = [int(m[len("back"):]) for m in modes if re.fullmatch(r"back\d+", m)]
         knobs = [_knob(m) for m in modes if m != "shared_prefix" and not re.fullmatch(r"(retries|back)\d+", m)]
@@ -580,6 +585,7 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
         # per decoding step (prefills apart): the arms' batches are the same, their scripts' lengths are not
         decode_s = [r["gen_s"] - r.get("prefill_s", 0.0) for r in runs[name]]
         res.update({"steps": arm.get("steps"), "prefills": arm.get("prefills"),
+                    "rows_per_step": arm.get("rows_per_step"),  # per engine call: rows (prompts) alive a step
                     "prefill_s": statistics.median(r.get("prefill_s", 0.0) for r in runs[name]),
                     "decode_s": statistics.median(decode_s), "decode_s_runs": decode_s,
                     "load_1min": [r.get("load_1min") for r in runs[name]],

@@ -238,7 +238,8 @@ def test_generate_constrained_on_the_engine_decodes_and_resamples_with_own_const
 
 def test_local_generator_runs_constrained_on_the_shared_prefix_engine(setup):
     """``generation.constrained: true`` with ``cache_implementation: shared_prefix`` decodes on the engine (its 4-D
-    attention mask), not through generate; continuous batching still refuses a constraint."""
+    attention mask), not through generate; ``constrained_processes`` moves the constraint into processes of its own
+    (the same attempts); continuous batching still refuses a constraint."""
     import torch
 
     from little_dragon.generation.config import GenerationConfig
@@ -259,6 +260,18 @@ def test_local_generator_runs_constrained_on_the_shared_prefix_engine(setup):
     assert [len(s) for s in scripts] == [3, 3] and 4 in masks
     assert gen.logits_processor_factory.stats.attempts == 6
     import dataclasses
+
+    # generation.constrained_processes: the constraint in two processes of its own samples the thread's attempts
+    runs = []
+    for processes in (0, 2):
+        gen = LocalGenerator(None, dataclasses.replace(cfg, constrained_processes=processes), model=model,
+                             tokenizer=tok)
+        assert len(gen.logits_processor_factory._processes) == processes
+        torch.manual_seed(5)
+        runs.append(gen.generate(prompts[:3], 2))
+        assert gen.logits_processor_factory.stats.attempts == 6 and gen.logits_processor_factory.stats.lines > 0
+        gen.logits_processor_factory.close()
+    assert runs[0] == runs[1]
 
     with pytest.raises(ValueError, match="continuous"):
         LocalGenerator(None, dataclasses.replace(cfg, cache_implementation="continuous"), model=model,

@@ -1604,8 +1604,10 @@ class ConstrainedDecoding:
     row ``i`` belongs to ``batch_prompts[i // k]``.  ``stats`` accumulates over all batches;
     ``last_constraints`` are the last batch's (for their ``dead``/``error``)."""
 
-    def __init__(self, tokenizer: Any, semantic: bool = True, line_retries: int = 0, finish_back: int = 0):
+    def __init__(self, tokenizer: Any, semantic: bool = True, line_retries: int = 0, finish_back: int = 0,
+                 processes: int | None = None):
         self.tokenizer, self.semantic = tokenizer, semantic
+        processes = PROCESSES if processes is None else processes  # ``generation.constrained_processes``
         self.line_retries = line_retries  # per attempt, on an engine that takes tokens back (``attempt_processor``)
         self.finish_back = finish_back    # ``ScriptConstraint.finish_back`` of every attempt
         self.stats = ConstraintStats()
@@ -1613,11 +1615,11 @@ class ConstrainedDecoding:
         self.processor: CodecLogitsProcessor | None = None
         self._engine: TokenEngine | None = None
         self._processes: list = []
-        if PROCESSES > 0:  # the shared-prefix engine's constraints live in processes of their own, started now
+        if processes > 0:  # the shared-prefix engine's constraints live in processes of their own, started now
             from little_dragon.generation.constraint_process import ConstraintProcess
 
             self._processes = [ConstraintProcess(tokenizer, semantic, line_retries, finish_back)
-                               for _ in range(PROCESSES)]
+                               for _ in range(processes)]
         elif semantic and ISOLATE_TVM:
             for role in ("lines", "end"):  # the workers' processes and imports while the caller loads its model
                 tvm_worker(role).start()
@@ -1685,11 +1687,11 @@ class ConstrainedDecoding:
 
 
 def logits_processor_factory(tokenizer: Any, semantic: bool = True, line_retries: int = 0,
-                             finish_back: int = 0) -> ConstrainedDecoding:
+                             finish_back: int = 0, processes: int | None = None) -> ConstrainedDecoding:
     """What ``generation.sample.LocalGenerator`` calls when ``generation.constrained`` is true (``line_retries``:
     ``generation.constrained_line_retries``, used on the shared-prefix engine; ``finish_back``:
-    ``generation.constrained_finish_back``)."""
-    return ConstrainedDecoding(tokenizer, semantic, line_retries, finish_back)
+    ``generation.constrained_finish_back``; ``processes``: ``generation.constrained_processes``)."""
+    return ConstrainedDecoding(tokenizer, semantic, line_retries, finish_back, processes)
 
 
 # ---------------------------------------------------------------------------- attempts with resampling

@@ -69,7 +69,7 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
         for k, v in knobs.items():
             setattr(constrained, k, v)
         constrained.PROCESSES = 0
-        hook = constrained.ConstrainedDecoding(tokenizer, semantic, line_retries, finish_back)
+        hook = constrained.ConstrainedDecoding(tokenizer, semantic, line_retries, finish_back, processes=0)
         vocab = hook.engine().vocab_size
         if semantic:  # TVM's import (~3 s on a CPU) before the first call, which parses the prompts' kernels
             import tvm.script  # noqa: F401

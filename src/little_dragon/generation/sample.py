@@ -68,7 +68,8 @@ class LocalGenerator:
                 raise RuntimeError("generation.constrained is true but little_dragon.generation.constrained "
                                    f"is not available: {e}") from None
             logits_processor_factory = constrained.logits_processor_factory(
-                tokenizer, line_retries=cfg.constrained_line_retries, finish_back=cfg.constrained_finish_back)
+                tokenizer, line_retries=cfg.constrained_line_retries, finish_back=cfg.constrained_finish_back,
+                processes=cfg.constrained_processes)
         self.logits_processor_factory = logits_processor_factory
 
     def generate(self, prompts: list[str], k: int) -> list[list[str]]:
