@@ -5,7 +5,10 @@ Their product is the ratio of sampled tokens/s without the prefill.  A constrain
 still pay the shape factor.
 
 Prints one markdown row per constrained arm of each file; ``--plot`` writes the two factors as bars, with the issue's
-1.5x target.
+1.5x target.  Where the bench recorded the batch's rows at every step (``rows_per_step``, since session 29), it also
+prints when each engine call's rows (prompts) ended, and the steps the same rows would take if a row that ended were
+replaced at once by the next prompt's (``refill_steps``: list scheduling, the later calls' rows entering longest
+first) -- what continuous batching of rows would do to the shape, with every row as long as it was.
 
     python benchmarks/ab_shape.py results/constrained-decoding/cpu-s25/ab/new1.json \\
         results/constrained-decoding/h200-s26/ab-6059714/constrained_ab_cuda.json --plot out.png
@@ -32,11 +35,53 @@ def split(ab: dict) -> list[dict]:
             continue
         shape = (free["generated_tokens"] / free["steps"]) / (arm["generated_tokens"] / arm["steps"])
         per_step = arm["ms_per_step"] / free["ms_per_step"]
-        rows.append({"arm": name, "device": ab.get("device", "?"), "prompts": ab.get("prompts"), "k": ab.get("k"),
+        extra = {}
+        if arm.get("rows_per_step") and free.get("rows_per_step"):
+            extra = {"free_refill": refill_steps(free["rows_per_step"]), "refill": refill_steps(arm["rows_per_step"]),
+                     "free_rows_ended": rows_ended(free["rows_per_step"]), "rows_ended": rows_ended(arm["rows_per_step"])}
+            extra["refill_shape"] = ((free["generated_tokens"] / extra["free_refill"])
+                                     / (arm["generated_tokens"] / extra["refill"]))
+        rows.append({**extra, "arm": name, "device": ab.get("device", "?"), "prompts": ab.get("prompts"), "k": ab.get("k"),
                      "free": (free["steps"], free["generated_tokens"]), "constrained": (arm["steps"],
                                                                                         arm["generated_tokens"]),
                      "shape": shape, "per_step": per_step, "ratio": shape * per_step})
     return rows
+
+
+def rows_ended(calls: list[list[int]]) -> list[list[int]]:
+    """Per engine call, the decoding step at which each of its rows ended (its last attempt), from the rows alive at
+    every step: the rows of a call all start at its step 0; a row that ends before the first step counts 0."""
+    out = []
+    for alive in calls:
+        if not alive:
+            out.append([])
+            continue
+        ends, before = [], alive[0]
+        for i, r in enumerate(alive):
+            ends += [i] * (before - r)
+            before = r
+        out.append(ends + [len(alive)] * alive[-1])
+    return out
+
+
+def refill_steps(calls: list[list[int]]) -> int:
+    """The decoding steps of the same rows on a batch of the first call's width where an ended row's place goes at once
+    to the next row (the calls' rows in order; a call's rows as long as they were, its rows entering longest first)."""
+    import heapq
+
+    ended = rows_ended(calls)
+    width = len(ended[0]) if ended else 0
+    if not width:
+        return 0
+    free_at = [0] * width
+    heapq.heapify(free_at)
+    finish = 0
+    for call in ended:
+        for length in sorted(call, reverse=True):
+            start = heapq.heappop(free_at)
+            finish = max(finish, start + length)
+            heapq.heappush(free_at, start + length)
+    return finish
 
 
 def main(args: argparse.Namespace) -> None:
@@ -51,6 +96,10 @@ def main(args: argparse.Namespace) -> None:
         (fs, ft), (cs, ct) = r["free"], r["constrained"]
         print(f"| {r['file']} | {r['arm']} | {r['device']} | {r['prompts']} x {r['k']} | {fs}, {ft}, {ft / fs:.1f} | "
               f"{cs}, {ct}, {ct / cs:.1f} | {r['shape']:.2f}x | {r['per_step']:.2f}x | {r['ratio']:.2f}x |")
+    for r in (r for r in rows if "refill" in r):
+        print(f"\n{r['file']} {r['arm']}: rows ended at steps (per engine call) free {r['free_rows_ended']}, constrained "
+              f"{r['rows_ended']}; with rows refilled: free {r['free_refill']} steps, constrained {r['refill']}: shape "
+              f"{r['refill_shape']:.2f}x (now {r['shape']:.2f}x)")
     if args.plot and rows:
         import matplotlib
 
