@@ -30,7 +30,9 @@ def split(ab: dict) -> list[dict]:
         if not name.startswith("constrained"):
             continue
         engine = name.partition("+")[2].split("+")[0]
-        free = arms.get(f"free+{engine}") or arms.get("free")
+        # against the free arm on the same engine (chunks of rows: +norefill)
+        free = (arms.get(f"free+{engine}+norefill") if "+norefill" in name else None) or arms.get(f"free+{engine}") \
+            or arms.get("free")
         if free is None:
             continue
         shape = (free["generated_tokens"] / free["steps"]) / (arm["generated_tokens"] / arm["steps"])

@@ -406,8 +406,8 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
         knobs = [_knob(m) for m in modes if m != "shared_prefix" and not re.fullmatch(r"(retries|back)\d+", m)]
         from little_dragon.generation import shared_prefix
 
-        def owner(knob: str) -> Any:  # REDRAWS is the engine's (shared_prefix), the rest the constraint module's
-            return shared_prefix if knob == "REDRAWS" else mod
+        def owner(knob: str) -> Any:  # REDRAWS and REFILL are the engine's (shared_prefix), the rest the constraint's
+            return shared_prefix if knob in ("REDRAWS", "REFILL") else mod
 
         saved = [(name, getattr(owner(name), name, None)) for name, _ in knobs]
         for name, value in knobs:
@@ -444,7 +444,8 @@ def _knob(mode: str) -> tuple[str, Any]:
     forward pass or not (BACKGROUND); +threads / +inline: line grammars compiled in worker threads or inline
     (COMPILE_THREADS; code older than it has none); +checked / +masked: the shared-prefix engine draws first and
     masks only refused draws, or masks every step (SAMPLE_FIRST); +noredraw: a refused draw is masked at once
-    (shared_prefix.REDRAWS 0: the draws of code before redraws existed, so the same scripts as its arms); +processN: the
+    (shared_prefix.REDRAWS 0: the draws of code before redraws existed, so the same scripts as its arms); +norefill: the
+    engine decodes chunks of rows, each until its last attempt ends (shared_prefix.REFILL False); +processN: the
     constraint work in N processes of its own (PROCESSES; +process: one; started and ready before the arm's clock).
     +retriesN (read
     in ``_arm_run``): line retries, N an attempt (``generation.constrained_line_retries``; arms without it: none).
@@ -453,12 +454,13 @@ def _knob(mode: str) -> tuple[str, Any]:
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),
-             "noredraw": ("REDRAWS", 0)}
+             "noredraw": ("REDRAWS", 0), "norefill": ("REFILL", False)}
     if mode in fixed:
         return fixed[mode]
     if re.fullmatch(r"process\d*", mode):
         return "PROCESSES", int(mode[len("process"):] or 1)
-    raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, processN, "
+    raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, norefill, "
+                     "processN, "
                      "retriesN, backN, shared_prefix)")
 
 

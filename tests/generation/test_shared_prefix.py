@@ -119,7 +119,8 @@ def test_grouped_sdpa_equals_repeated_kv(gqa_lm):
 
 def test_the_cache_is_written_in_place(gqa_lm):
     """After the prefill every layer writes its new columns into one preallocated buffer (no concatenation
-    copying the cache at every step): the keys are views of the same storage, growing, and the prefill's kept."""
+    copying the cache at every step): the keys are views of the same storage, growing, and the prefill's kept; past
+    its capacity the buffer grows by half, the columns kept."""
     import torch
 
     from little_dragon.generation.shared_prefix import _preallocate
@@ -138,8 +139,12 @@ def test_the_cache_is_written_in_place(gqa_lm):
     assert layer.keys.data_ptr() == ptr and layer.keys.shape[-2] == ids.shape[1] + 6
     assert cache.get_seq_length() == ids.shape[1] + 6
     assert torch.equal(layer.keys[:, :, :ids.shape[1]], before)
-    with pytest.raises(RuntimeError, match="cache full"), torch.no_grad():
-        model(input_ids=ids[:, :1], past_key_values=cache, use_cache=True)
+    full = layer.keys.clone()
+    with torch.no_grad():  # past the columns foreseen (refilled rows): a larger buffer, the columns so far kept
+        model(input_ids=ids[:, :1], position_ids=torch.tensor([[ids.shape[1] + 6]] * 2), past_key_values=cache,
+              use_cache=True)
+    assert layer.keys.shape[-2] == ids.shape[1] + 7 and layer._k.shape[2] >= (ids.shape[1] + 6) * 3 // 2
+    assert torch.equal(layer.keys[:, :, :ids.shape[1] + 6], full)
 
 
 class _OwnResidue:
@@ -285,3 +290,78 @@ def test_taken_back_tokens_leave_no_trace(gqa_lm):
             assert lp == pytest.approx(_alone_logprobs(model, tok, PROMPTS[p], new, 1.0), abs=2e-4), (a, new)
             longer += proc.drops.get(a, 0) > 0 and len(new) == budget
     assert longer > 0   # attempts that took tokens back still filled their budget (the chunk ran more steps)
+
+
+class _OwnResidueLate(_OwnResidue):
+    """``_OwnResidue`` for rows that entered after step 0: an attempt's ``input_ids`` are its tokens first (then columns
+    of steps before it entered, stale), as after tokens were taken back."""
+
+    def __call__(self, attempts, input_ids, scores):
+        self.calls.append(attempts.tolist())
+        for i, a in enumerate(attempts.tolist()):
+            if a in self.ended:
+                self.errors.append(f"attempt {a} asked after its end")
+            mine = self.seen.get(a, [])
+            if input_ids[i, :len(mine)].tolist() != mine:
+                self.errors.append(f"attempt {a}: input_ids {input_ids[i].tolist()} do not start with {mine}")
+            scores[i] = self.mask(a, scores[i])
+        return scores
+
+
+def test_ended_rows_are_refilled_by_the_next_prompts(gqa_lm, monkeypatch):
+    """Continuous batching of rows: with room for 2 prompts' rows, a row whose attempts all ended gives its place to
+    the next prompt at once (the batch refills instead of shrinking until its longest row ends), the steps before
+    every row's entry leave the cache (the mask narrows), and still every attempt -- also of a prompt that entered
+    late, and with tokens taken back -- is computed exactly as if alone; the processor sees each by its own id."""
+    import torch
+
+    from little_dragon.generation import shared_prefix
+
+    model, tok = gqa_lm
+    monkeypatch.setattr(shared_prefix, "COMPACT_STEPS", 2)
+    prompts = PROMPTS + ["sch blk dense\nloops b0 2", "post"]
+    k, budget = 3, 14
+    for proc in (_OwnResidueLate(tok.eos_token_id), _TakesBack(tok.eos_token_id, seed=7)):
+        sizes, widths = [], []
+
+        def seen(m, a, kw):
+            mask = kw.get("attention_mask")
+            if mask is not None and mask.dim() == 4:            # a decoding step: rows, the columns it reads
+                sizes.append(kw["input_ids"].shape[0])
+                widths.append(mask.shape[-1])
+
+        handle = model.register_forward_pre_hook(seen, with_kwargs=True)
+        try:
+            out = shared_prefix.sample_token_ids(model, tok, prompts, k, budget, 1.0, prompts_per_chunk=2,
+                                                 logits_processor=proc, generator=torch.Generator().manual_seed(8))
+        finally:
+            handle.remove()
+        assert proc.errors == []
+        assert max(sizes) == 2
+        assert any(b < a for a, b in zip(widths, widths[1:])), widths      # dead steps dropped from the cache
+        # an ended row's place is taken in the same step: the batch never runs short while prompts wait
+        assert sizes == sorted(sizes, reverse=True) and sizes.count(1) < budget * 5 // 4 + 1, sizes
+        if isinstance(proc, _OwnResidueLate):  # rows ended at different steps: a row decoded beside several others
+            partners: dict[int, set] = {}
+            for call in proc.calls:
+                for a in call:
+                    partners.setdefault(a // k, set()).update(b // k for b in call if b // k != a // k)
+            assert max(len(v) for v in partners.values()) >= 2, partners
+        else:
+            assert proc.dropped > 0
+        for p, (attempts, lps) in enumerate(zip(out.token_ids, out.logprobs)):
+            assert len(attempts) == k
+            for j, (new, lp) in enumerate(zip(attempts, lps)):
+                a = p * k + j
+                assert len(new) <= budget
+                if isinstance(proc, _TakesBack):
+                    assert proc.kept[a][:len(new)] == new
+                    want = _alone_logprobs(model, tok, prompts[p], new, 1.0)
+                else:
+                    assert proc.seen[a][:len(new)] == new and all(t % 5 == a % 5 for t in new)
+                    ptoks = tok(prompts[p], add_special_tokens=False)["input_ids"]
+                    with torch.no_grad():
+                        logits = model(input_ids=torch.tensor([ptoks + new])).logits[0, len(ptoks) - 1:].float()
+                    want = [float(torch.log_softmax(proc.mask(a, logits[s].clone()), -1)[t]) for s, t in enumerate(new)]
+                assert lp == pytest.approx(want, abs=2e-4), (p, j, new)
+        assert sum(len(a) for attempts in out.token_ids[4:] for a in attempts) > 0   # the late prompts decoded

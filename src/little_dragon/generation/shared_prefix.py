@@ -12,7 +12,13 @@ k attempts' tokens interleaved::
 Each decoding step is one forward of the model's own ``forward`` on the k next tokens of every row as k query
 positions, with a 4-D mask (attempt j sees the prompt's real tokens and its own earlier tokens, nothing else)
 and position ids ``len(prompt_i) + t``, so every attempt is computed exactly as if it were alone. Rows whose k
-attempts all ended leave the batch (their cache rows are dropped). Attention is ``grouped_sdpa``
+attempts all ended leave the batch (their cache rows are dropped), and the next prompts take their places at once
+(continuous batching of rows, ``_Refill``): ``prompts_per_chunk`` rows decode at a time, a prompt entering at step s
+is prefilled (left padded to the call's longest prompt) and appended as a row whose attempts' columns start at step s
+(positions and masks per attempt from then on, as after tokens are taken back, below); once every row in the batch
+entered at step s or later, the columns of the steps before s are dropped (``COMPACT_STEPS`` at a time), so attention
+spans the rows' own steps.  A chunk of rows used to decode until its longest attempt ended, most of its rows idle
+behind it (the H200 A/B of session 28: 8 rows, 1,280 steps a chunk). Attention is ``grouped_sdpa``
 (``generation.grouped_attention``): GQA's shared K/V heads are read once, never repeated per query head.
 
 The cache, the model, the mask conventions are transformers' own (``DynamicCache``, a 4-D boolean mask passed
@@ -65,7 +71,8 @@ def sample_shared_prefix(model: Any, tokenizer: Any, prompts: list[str], k: int,
                          temperature: float, prompts_per_chunk: int = 4,
                          generator: Any = None, logits_processor: Any = None) -> list[list[str]]:
     """``k`` sampled completions per prompt (``scripts[i]`` are prompt ``i``'s), ``prompts_per_chunk`` prompts
-    (``k`` times as many sequences) decoded together; chunks hold prompts of similar length."""
+    (``k`` times as many sequences) decoded together, longest prompts first; a prompt whose attempts all ended gives its
+    place to the next at once."""
     out = sample_token_ids(model, tokenizer, prompts, k, max_new_tokens, temperature, prompts_per_chunk,
                            generator=generator, logits_processor=logits_processor)
     return [[tokenizer.decode(ids, skip_special_tokens=True) for ids in attempts] for attempts in out.token_ids]
@@ -92,14 +99,16 @@ def sample_token_ids(model: Any, tokenizer: Any, prompts: list[str], k: int, max
     model.eval()
     try:
         with grouped_sdpa(model), torch.no_grad():
-            for c in range(0, len(order), max(1, prompts_per_chunk)):
-                chunk = order[c:c + max(1, prompts_per_chunk)]
-                toks, lps = _decode_chunk(model, [enc[i] for i in chunk], n, max_new_tokens, temperature,
+            c = 0
+            while c < len(order):  # one call decodes all the prompts left where the cache lets rows be refilled
+                rest = order[c:]
+                toks, lps = _decode_chunk(model, [enc[i] for i in rest], n, max_new_tokens, temperature,
                                           _eos_ids(tokenizer), _pad_id(tokenizer), generator,
-                                          logits_processor, chunk)
-                for i, t, lp in zip(chunk, toks, lps):
+                                          logits_processor, rest, width=max(1, prompts_per_chunk))
+                for i, t, lp in zip(rest, toks, lps):
                     ids_out[i] = [a for a in t for _ in range(k // n)]
                     lp_out[i] = [a for a in lp for _ in range(k // n)]
+                c += len(toks)
     finally:
         model.train(was_training)
     return SharedPrefixOutput(ids_out, lp_out)
@@ -116,18 +125,19 @@ def _pad_id(tokenizer: Any) -> int:
 
 def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_tokens: int, temperature: float,
                   eos: set[int], pad: int, generator: Any, proc: Any = None,
-                  prompt_index: list[int] | None = None) -> tuple[list[list[list[int]]], list[list[list[float]]]]:
+                  prompt_index: list[int] | None = None,
+                  width: int | None = None) -> tuple[list[list[list[int]]], list[list[list[float]]]]:
+    """Decode the first ``width`` of ``prompt_ids`` (all: None) together, and, where the cache is the preallocated one,
+    the rest too: a row whose attempts all ended gives its place to the next prompt at once (continuous batching of
+    rows, ``_Refill``).  Returns the tokens and log-probs of the prompts it decoded, in order (the caller goes on
+    with the others)."""
     import torch
 
     device = next(model.parameters()).device
     rows = len(prompt_ids)
-    lp_ = max(len(p) for p in prompt_ids)
-    ids = torch.full((rows, lp_), pad, dtype=torch.long)
-    prefix = torch.zeros((rows, lp_), dtype=torch.bool)
-    for r, p in enumerate(prompt_ids):              # left padding: every prompt ends at column Lp - 1
-        ids[r, lp_ - len(p):] = torch.tensor(p, dtype=torch.long)
-        prefix[r, lp_ - len(p):] = True
-    ids, prefix = ids.to(device), prefix.to(device)
+    width = rows if width is None else min(width, rows)
+    lp_ = max(len(p) for p in prompt_ids)           # every prompt fits a row's prompt columns (left padded)
+    ids, prefix = _padded(prompt_ids[:width], lp_, pad, device)
     lengths = prefix.sum(1)                          # real prompt lengths: the first new token's position
     pos = (prefix.long().cumsum(1) - 1).clamp(min=0)
     out = model(input_ids=ids, attention_mask=prefix.long(), position_ids=pos, use_cache=True, logits_to_keep=1)
@@ -136,24 +146,28 @@ def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_token
     cache = getattr(out, cache_kw)              # updated in place by every later forward
     lines = _takes_back(proc)
     max_steps = max_new_tokens + (max_new_tokens // 4 if lines else 0)
-    _preallocate(cache, lp_ + n * max_steps)
+    refill = _preallocate(cache, lp_ + n * max_steps) and REFILL and width < rows
+    if not refill:
+        rows = width
     eos_t = torch.tensor(sorted(eos), device=device)
-    alive = torch.arange(rows, device=device)        # cache row -> chunk row
-    done = torch.zeros((rows, n), dtype=torch.bool, device=device)
+    alive = torch.arange(width, device=device)       # cache row -> chunk row
+    done = torch.zeros((width, n), dtype=torch.bool, device=device)
     hist_tok = torch.full((rows, n, max_new_tokens), pad, dtype=torch.long, device=device)
     hist_lp = torch.zeros((rows, n, max_new_tokens), dtype=torch.float32, device=device)
     n_steps = torch.zeros((rows, n), dtype=torch.long, device=device)   # tokens kept per attempt
-    back = _TakeBack(rows, n, max_new_tokens, max_steps, device) if lines else None
+    back = _TakeBack(rows, n, max_new_tokens, max_steps, device) if lines or refill else None
+    fill = _Refill(model, cache, prompt_ids, width, lp_, pad, cache_kw) if refill else None
+    entry = torch.zeros(width, dtype=torch.long, device=device)        # the step each cache row's prompt entered at
+    # attempt ids: chunk row r, attempt j -> prompts' index * n + j (fixed while rows leave the batch)
+    base = torch.tensor(prompt_index[:rows] if prompt_index is not None else list(range(rows)), device=device) * n
+    ids_of = base[:, None] + torch.arange(n, device=device)[None, :]                 # (rows, n)
     if proc is None:
         tok, lp = _sample(out.logits[:, -1, :].float(), n, temperature, generator)      # (rows, n)
     else:  # each attempt its own mask: the first step's logits once per attempt, one token each
-        # attempt ids: chunk row r, attempt j -> prompts' index * n + j (fixed while rows leave the batch)
-        base = torch.tensor(prompt_index if prompt_index is not None else list(range(rows)), device=device) * n
-        ids_of = base[:, None] + torch.arange(n, device=device)[None, :]             # (rows, n)
-        logits = out.logits[:, -1, None, :].float().expand(rows, n, -1)
-        if back is not None:
-            logits = back.marks(proc, logits, ids_of, done, alive, n_steps)
-        tok, lp = _processed_sample(proc, logits, ids_of, done, hist_tok, alive, 0, temperature, generator)
+        logits = out.logits[:, -1, None, :].float().expand(width, n, -1)
+        if lines:
+            logits = back.marks(proc, logits, ids_of[:width], done, alive, n_steps)
+        tok, lp = _processed_sample(proc, logits, ids_of[:width], done, hist_tok, alive, 0, temperature, generator)
     # the suffix mask: attempt j sees column Lp + s*n + j' iff j' == j (s <= t)
     eye = torch.eye(n, dtype=torch.bool, device=device)
     t = 0
@@ -162,25 +176,53 @@ def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_token
         if back is None or not back.ragged:
             hist_tok[alive, :, t] = torch.where(live, tok, pad)
             hist_lp[alive, :, t] = torch.where(live, lp, 0.0)
-        else:  # each attempt writes at its own length (some took tokens back)
+        else:  # each attempt writes at its own length (some took tokens back, or entered later)
             back.write(hist_tok, hist_lp, alive, live, tok, lp, n_steps)
         if back is not None:
             back.kept(alive, live, n_steps, t)
         n_steps[alive] += live.long()
         done = done | torch.isin(tok, eos_t) | (n_steps[alive] >= max_new_tokens)
         t += 1
-        last = t >= max_steps or bool(done.all())
+        done = done | (t - entry >= max_steps)[:, None]      # a row's attempts decode at most max_steps steps
+        last = bool(done.all()) and (fill is None or fill.left == 0)
         if proc is not None:  # the tokens just sampled, before the next forward pass (or the end)
             proc.ahead(ids_of[alive][live], tok[live], last)
         if last:
-            if back is not None:  # a line the last tokens ended and TVM refused: taken back, its attempt ends before it
+            if lines:  # a line the last tokens ended and TVM refused: taken back, its attempt ends before it
                 back.trim(proc, ids_of, n_steps)
             break
         keep = ~done.all(1)
         if not bool(keep.all()):                     # rows whose attempts all ended leave the batch
             idx = keep.nonzero().squeeze(1)
             cache.batch_select_indices(idx)
-            alive, done, tok, prefix, lengths = alive[idx], done[idx], tok[idx], prefix[idx], lengths[idx]
+            alive, done, tok, prefix, lengths, entry = (alive[idx], done[idx], tok[idx], prefix[idx], lengths[idx],
+                                                        entry[idx])
+            if fill is not None and fill.left:       # the next prompts take their places, their first tokens drawn
+                new = fill.enter(width - alive.shape[0])
+                nprefix, nlengths, logits = new
+                m = nprefix.shape[0]
+                rows_new = torch.arange(fill.next - m, fill.next, device=device)
+                ndone = torch.zeros((m, n), dtype=torch.bool, device=device)
+                logits = logits[:, -1, None, :].float().expand(m, n, -1)
+                if proc is not None:
+                    if lines:
+                        logits = back.marks(proc, logits, ids_of[rows_new], ndone, rows_new, n_steps)
+                    ntok, nlp = _processed_sample(proc, logits, ids_of[rows_new], ndone, hist_tok, rows_new, 0,
+                                                  temperature, generator)
+                else:
+                    ntok, nlp = _sample(logits, 1, temperature, generator)
+                back.ragged = True
+                back.write(hist_tok, hist_lp, rows_new, ~ndone, ntok, nlp, n_steps)
+                back.kept(rows_new, ~ndone, n_steps, t - 1)      # fed with the others' tokens of step t - 1
+                n_steps[rows_new] += 1
+                ndone = torch.isin(ntok, eos_t) | (n_steps[rows_new] >= max_new_tokens)
+                if proc is not None:
+                    proc.ahead(ids_of[rows_new].flatten(), ntok.flatten(), False)
+                alive, done, tok = torch.cat([alive, rows_new]), torch.cat([done, ndone]), torch.cat([tok, ntok])
+                prefix, lengths = torch.cat([prefix, nprefix]), torch.cat([lengths, nlengths])
+                entry = torch.cat([entry, torch.full((m,), t - 1, dtype=torch.long, device=device)])
+            if fill is not None:                     # the steps before every row's entry: read by none, dropped
+                back.compact(cache, int(entry.min()), lp_, n)
         b = alive.shape[0]
         if back is None or not back.ragged:
             mask = torch.cat([prefix[:, None, None, :].expand(b, 1, n, lp_),
@@ -194,7 +236,7 @@ def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_token
             tok, lp = _sample(out.logits.float(), 1, temperature, generator)   # (b, n) from (b, n, V)
         else:
             logits = out.logits.float()
-            if back is not None:
+            if lines:
                 logits = back.marks(proc, logits, ids_of[alive], done, alive, n_steps)
             tok, lp = _processed_sample(proc, logits, ids_of[alive], done, hist_tok, alive, t,
                                         temperature, generator)
@@ -211,6 +253,50 @@ def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_token
             toks[r].append(row)
             lps[r].append(lrow)
     return toks, lps
+
+
+def _padded(prompt_ids: list[list[int]], lp_: int, pad: int, device: Any) -> tuple[Any, Any]:
+    """Prompts left padded to ``lp_`` columns (every prompt ends at column Lp - 1) and their real tokens' mask."""
+    import torch
+
+    ids = torch.full((len(prompt_ids), lp_), pad, dtype=torch.long)
+    prefix = torch.zeros((len(prompt_ids), lp_), dtype=torch.bool)
+    for r, p in enumerate(prompt_ids):
+        ids[r, lp_ - len(p):] = torch.tensor(p, dtype=torch.long)
+        prefix[r, lp_ - len(p):] = True
+    return ids.to(device), prefix.to(device)
+
+
+class _Refill:
+    """The prompts after the first ``width`` of a call, entering as rows leave (continuous batching of rows): each is
+    prefilled alone with the others entering with it (left padded to the call's ``Lp``) and its prompt's keys and values
+    become a new cache row; its attempts' columns start at the step it entered (those before are hidden from it, and
+    dropped once no row reads them: ``_TakeBack.compact``)."""
+
+    def __init__(self, model: Any, cache: Any, prompt_ids: list[list[int]], width: int, lp_: int, pad: int,
+                 cache_kw: str):
+        self.model, self.cache, self.prompt_ids, self.lp, self.pad, self.cache_kw = (model, cache, prompt_ids, lp_,
+                                                                                     pad, cache_kw)
+        self.next = width                            # the next prompt to enter (its chunk row)
+
+    @property
+    def left(self) -> int:
+        return len(self.prompt_ids) - self.next
+
+    def enter(self, places: int) -> tuple[Any, Any, Any]:
+        """The next ``places`` prompts (fewer at the end) prefilled and appended to the cache as rows; their prompt
+        masks, real lengths and prefill logits."""
+        device = next(self.model.parameters()).device
+        new = self.prompt_ids[self.next:self.next + places]
+        self.next += len(new)
+        ids, prefix = _padded(new, self.lp, self.pad, device)
+        pos = (prefix.long().cumsum(1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=prefix.long(), position_ids=pos, use_cache=True,
+                         logits_to_keep=1)
+        fresh = getattr(out, self.cache_kw)
+        for layer, src in zip(self.cache.layers, fresh.layers):
+            layer.append_rows(src.keys, src.values)
+        return prefix, prefix.sum(1), out.logits
 
 
 def _takes_back(proc: Any) -> bool:
@@ -231,6 +317,7 @@ class _TakeBack:
         self.step_of = torch.zeros((rows, n, max_new_tokens), dtype=torch.long, device=device)
         self.line_logits: dict[tuple[int, int], dict[int, Any]] = {}
         self.ragged = False   # an attempt of this chunk took tokens back: per-attempt masks and positions from now on
+        self.t_base = 0       # the first step the cache still holds columns of (``compact``)
 
     def marks(self, proc: Any, logits: Any, ids_of: Any, done: Any, alive: Any, n_steps: Any) -> Any:
         """Ask ``proc`` which live attempts (of the cache rows ``alive``) take tokens back and which start a line;
@@ -275,6 +362,11 @@ class _TakeBack:
 
     def kept(self, alive: Any, live: Any, n_steps: Any, t: int) -> None:
         """The live attempts' tokens of step ``t`` are kept: visible from now on, at their attempts' next index."""
+        import torch
+
+        if t >= self.visible.shape[2]:  # rows refilled: the call runs past one row's steps
+            more = torch.zeros_like(self.visible[:, :, :max(t + 1 - self.visible.shape[2], self.visible.shape[2] // 2)])
+            self.visible = torch.cat([self.visible, more], dim=2)
         rows, atts = live.nonzero(as_tuple=True)
         chunk = alive[rows]
         self.visible[chunk, atts, t] = True
@@ -290,9 +382,19 @@ class _TakeBack:
     def mask(self, alive: Any, eye: Any, t: int) -> Any:
         """The suffix part of the 4-D mask, ``(b, 1, n, n * t)``: attempt j reads column ``s * n + j`` iff it still
         keeps its step-s token."""
-        vis = self.visible[alive, :, :t]                             # (b, n, t)
-        b, n = vis.shape[0], vis.shape[1]
-        return (vis[:, :, :, None] & eye[None, :, None, :]).reshape(b, 1, n, t * n)
+        vis = self.visible[alive, :, self.t_base:t]                  # (b, n, t - t_base)
+        b, n, s = vis.shape
+        return (vis[:, :, :, None] & eye[None, :, None, :]).reshape(b, 1, n, s * n)
+
+    def compact(self, cache: Any, first: int, lp_: int, n: int) -> None:
+        """Every row in the batch entered at step ``first`` or later: the cache columns of the steps before it are read
+        by none, and are dropped (every layer's columns after the prompt's move back) once there are
+        ``COMPACT_STEPS`` of them, so that a refilled batch's attention spans its rows' own steps, not the call's."""
+        if first - self.t_base < COMPACT_STEPS:
+            return
+        for layer in cache.layers:
+            layer.drop_columns(lp_, (first - self.t_base) * n)
+        self.t_base = first
 
 
 def _processed_sample(proc: Any, logits: Any, ids_of: Any, done: Any, hist_tok: Any, alive: Any, t: int,
@@ -367,7 +469,15 @@ def _checked_sample(proc: Any, logits: Any, ids_of: Any, live: Any, hist_tok: An
     return tok, lp
 
 
-def _preallocate(cache: Any, capacity: int) -> None:
+# ended rows are refilled by the next prompts (``_Refill``); False: chunks of rows, each decoded until its last attempt
+# ends (the engine before session 29; benchmarks/constrained_bench.py's +norefill arms)
+REFILL = True
+# the fewest dead steps (columns of rows that left, before every row's entry) ``_TakeBack.compact`` drops at a time:
+# each drop copies the cache's columns after the prompt once
+COMPACT_STEPS = 32
+
+
+def _preallocate(cache: Any, capacity: int) -> bool:
     """Give every layer of the prefill's cache room for all k attempts' tokens, so a step writes its k columns in
     place: transformers' DynamicCache concatenates, copying the whole cache at every step of every layer (on the
     H200 that was 38% of the GPU time at 4k columns, growing with the cache)."""
@@ -375,12 +485,14 @@ def _preallocate(cache: Any, capacity: int) -> None:
 
     layers = getattr(cache, "layers", None)
     if not layers or not all(type(layer) is DynamicLayer for layer in layers):
-        return                                      # another cache layout: left as it is (still correct)
+        return False                                # another cache layout: left as it is (still correct; no refill)
     cache.layers = [_preallocated_layer_class().of(layer, capacity) for layer in layers]
+    return True
 
 
 @functools.cache
 def _preallocated_layer_class() -> Any:
+    from torch import cat as torch_cat
     from transformers.cache_utils import DynamicLayer
 
     class PreallocatedLayer(DynamicLayer):
@@ -405,8 +517,8 @@ def _preallocated_layer_class() -> Any:
 
         def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
             m = key_states.shape[-2]
-            if self._n + m > self._k.shape[2]:
-                raise RuntimeError(f"shared-prefix cache full: {self._n} + {m} > {self._k.shape[2]} columns")
+            if self._n + m > self._k.shape[2]:  # refilled rows ran past the columns foreseen: half as many again
+                self._resize(max(self._n + m, self._k.shape[2] * 3 // 2))
             self._k[:, :, self._n:self._n + m].copy_(key_states)
             self._v[:, :, self._n:self._n + m].copy_(value_states)
             self._n += m
@@ -415,6 +527,34 @@ def _preallocated_layer_class() -> Any:
 
         def batch_select_indices(self, indices: Any) -> None:
             self._k, self._v = self._k[indices], self._v[indices]
+            self._view()
+
+        def _resize(self, capacity: int) -> None:
+            k, v = self._k, self._v
+            self._k = k.new_empty((k.shape[0], k.shape[1], capacity, k.shape[3]))
+            self._v = v.new_empty((v.shape[0], v.shape[1], capacity, v.shape[3]))
+            self._k[:, :, :self._n].copy_(k[:, :, :self._n])
+            self._v[:, :, :self._n].copy_(v[:, :, :self._n])
+            self._view()
+
+        def append_rows(self, keys: Any, values: Any) -> None:
+            """New rows after the others: ``keys``/``values`` ``(m, heads, c, dim)`` as their first ``c`` columns (a
+            prompt's), the columns after them zero (hidden by the mask until their attempts write them)."""
+            m, c = keys.shape[0], keys.shape[2]
+            k = self._k.new_zeros((m, *self._k.shape[1:]))
+            v = self._v.new_zeros((m, *self._v.shape[1:]))
+            k[:, :, :c].copy_(keys)
+            v[:, :, :c].copy_(values)
+            self._k, self._v = torch_cat([self._k, k]), torch_cat([self._v, v])
+            self._view()
+
+        def drop_columns(self, start: int, count: int) -> None:
+            """Columns ``start .. start + count`` removed: those after them move back by ``count``."""
+            if count <= 0:
+                return
+            self._k[:, :, start:self._n - count] = self._k[:, :, start + count:self._n].clone()
+            self._v[:, :, start:self._n - count] = self._v[:, :, start + count:self._n].clone()
+            self._n -= count
             self._view()
 
     return PreallocatedLayer
