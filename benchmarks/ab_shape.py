@@ -6,9 +6,10 @@ still pay the shape factor.
 
 Prints one markdown row per constrained arm of each file; ``--plot`` writes the two factors as bars, with the issue's
 1.5x target.  Where the bench recorded the batch's rows at every step (``rows_per_step``, since session 29), it also
-prints when each engine call's rows (prompts) ended, and the steps the same rows would take if a row that ended were
-replaced at once by the next prompt's (``refill_steps``: list scheduling, the later calls' rows entering longest
-first) -- what continuous batching of rows would do to the shape, with every row as long as it was.
+prints, for the arms that decode chunks of rows (``+norefill``), when each chunk's rows (prompts) ended, and the steps
+the same rows would take if a row that ended were replaced at once by the next prompt's (``refill_steps``: list
+scheduling, the later chunks' rows entering longest first) -- what the engine's refill does to the shape, with every row
+as long as it was.
 
     python benchmarks/ab_shape.py results/constrained-decoding/cpu-s25/ab/new1.json \\
         results/constrained-decoding/h200-s26/ab-6059714/constrained_ab_cuda.json --plot out.png
@@ -38,7 +39,8 @@ def split(ab: dict) -> list[dict]:
         shape = (free["generated_tokens"] / free["steps"]) / (arm["generated_tokens"] / arm["steps"])
         per_step = arm["ms_per_step"] / free["ms_per_step"]
         extra = {}
-        if arm.get("rows_per_step") and free.get("rows_per_step"):
+        # rows' ends read off the rows alive a step: chunks only (refilled rows enter mid-call)
+        if "+norefill" in name and arm.get("rows_per_step") and free.get("rows_per_step"):
             extra = {"free_refill": refill_steps(free["rows_per_step"]), "refill": refill_steps(arm["rows_per_step"]),
                      "free_rows_ended": rows_ended(free["rows_per_step"]), "rows_ended": rows_ended(arm["rows_per_step"])}
             extra["refill_shape"] = ((free["generated_tokens"] / extra["free_refill"])

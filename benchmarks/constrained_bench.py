@@ -379,10 +379,16 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
     extra: dict[str, Any] = {}
     if kind == "free":
         if engine == "shared_prefix":
-            from little_dragon.generation.shared_prefix import sample_shared_prefix
+            from little_dragon.generation import shared_prefix
 
-            first = sample_shared_prefix(model, tok, prompts, args.k, args.max_new_tokens, args.temperature,
-                                         prompts_per_chunk=max(1, args.batch_size // args.k))
+            refill = shared_prefix.REFILL
+            shared_prefix.REFILL = "norefill" not in modes   # +norefill: chunks of rows (the only engine knob here)
+            try:
+                first = shared_prefix.sample_shared_prefix(model, tok, prompts, args.k, args.max_new_tokens,
+                                                           args.temperature,
+                                                           prompts_per_chunk=max(1, args.batch_size // args.k))
+            finally:
+                shared_prefix.REFILL = refill
             flat = [t for ts in first for t in ts]
         else:
             flat = sample_scripts(model, tok, prompts, args.max_new_tokens, args.temperature,
@@ -412,6 +418,16 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
         saved = [(name, getattr(owner(name), name, None)) for name, _ in knobs]
         for name, value in knobs:
             setattr(owner(name), name, value)
+        # the timer's calls at each engine call's start: the first pass is the first engine call (a call's prefills
+        # are its chunks', or its first rows' and those of the rows that refill them)
+        engine_calls: list[int] = []
+        sample_token_ids = shared_prefix.sample_token_ids
+
+        def counted(*a: Any, **kw: Any) -> Any:
+            engine_calls.append(len(timer.calls))
+            return sample_token_ids(*a, **kw)
+
+        shared_prefix.sample_token_ids = counted
         kw = {"cache_implementation": engine} if engine != "dynamic" else {}
         if retries or back or getattr(mod, "PROCESSES", 0):
             # +retriesN: a line TVM refuses is drawn again in its attempt, N times an attempt (the engine's); +backN: an
@@ -427,15 +443,17 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
                                            batch_size=args.batch_size, max_resamples=args.max_resamples,
                                            semantic=(kind == "constrained"), **kw)
         finally:
+            shared_prefix.sample_token_ids = sample_token_ids
             for name, value in saved:
                 setattr(owner(name), name, value)
         first, final, gen_s = res.first_scripts, res.scripts, res.first_seconds
+        first_calls = (engine_calls[1] if len(engine_calls) > 1 else len(timer.calls)) if engine_calls else \
+            -(-len(prompts) // max(1, args.batch_size // args.k))   # generate: its batches
         extra_s = res.seconds - res.first_seconds
         extra = {"stats": res.stats.as_dict(), "resample_s": extra_s, "generated": getattr(res, "first_generated", None),
                  "first_pass_rejected": sum(not ok for oks in res.first_ok for ok in oks),
                  "compile_work_s": None if work0 is None else tokens.compile_work_s - work0,
-                 # the first pass's generate calls: the same batching as the free arm's (sample_scripts)
-                 **timer.first(-(-len(prompts) // max(1, args.batch_size // args.k)))}
+                 **timer.first(first_calls)}
     return {"first": first, "final": final, "gen_s": gen_s, **extra}
 
 
