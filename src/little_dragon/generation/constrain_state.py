@@ -118,6 +118,12 @@ class ScheduleState:
     # sealed lines (196 of 1,578, in 64 of 112 attempts) and 4.8% of SmolLM2's constrained H200 ones (112 of 2,323,
     # session 22) did, `kids b3 0` four times in a row.  Set by ``schedule_worker.prefix_facts``, which holds the text.
     lookup_run: frozenset[str] = frozenset()
+    # live loops a `tile` line made (a Split by SamplePerfectTile's factors): not tiled again.  MetaSchedule tiles each
+    # loop once (3,838 perfect-tile splits of 1,524 H200 and CPU harvest records: none of a loop an earlier one made),
+    # while TVM tiles a tile's unit loops again and again: session 29's H100 A/B had an attempt write 81 `tile` lines
+    # (`tile l40 = 1 1 1` ...) until the token budget cut it, its row (and the engine call) running to the step cap.
+    # Set by ``live_state`` from the prefix's instructions (``LiveSchedule.tiled``).
+    loop_tiled: frozenset[int] = frozenset()
 
 
 def _int(x: Any) -> int | None:
@@ -607,6 +613,9 @@ class LiveSchedule:
     # the structural hash of ``sch.mod`` when it was made: TVM may write into a schedule's nodes through a copy of it
     # (tvmx/schedule.py), so ``extend`` checks it before building on this schedule
     fingerprint: int | None = None
+    # the names of SamplePerfectTile's outputs, and of the loops a Split by them made (``perfect_tiled``)
+    tile_values: frozenset[str] = frozenset()
+    tiled: frozenset[str] = frozenset()
 
 
 def replay(mod: Any, trace_json: list) -> LiveSchedule:
@@ -617,7 +626,8 @@ def replay(mod: Any, trace_json: list) -> LiveSchedule:
     Trace.apply_json_to_schedule(trace_json, sch)
     applied = list(sch.trace.insts)
     try:
-        return LiveSchedule(sch, _outputs(trace_json[0], applied), len(trace_json[0]), fingerprint=fingerprint(sch.mod))
+        return LiveSchedule(sch, _outputs(trace_json[0], applied), len(trace_json[0]), fingerprint=fingerprint(sch.mod),
+                            **perfect_tiled(trace_json[0]))
     except RuntimeError:  # not one trace instruction per JSON one: facts from the trace, never extended
         return LiveSchedule(sch, {f"?{i}": rv for i, rv in enumerate(rv for inst in applied for rv in inst.outputs)}, -1)
 
@@ -708,11 +718,33 @@ def extend(live: LiveSchedule, json_insts: list, decisions: list) -> LiveSchedul
         raise RuntimeError(f"{len(trace_json[0])} instructions applied as {len(applied)}")
     rvs = dict(live.rvs)
     rvs.update(_outputs(trace_json[0][len(preamble):], applied[len(preamble):]))
-    return LiveSchedule(sch, rvs, live.n_insts + len(json_insts), set(live.dead), fingerprint(sch.mod))
+    return LiveSchedule(sch, rvs, live.n_insts + len(json_insts), set(live.dead), fingerprint(sch.mod),
+                        **perfect_tiled(json_insts, live.tile_values, live.tiled))
+
+
+def perfect_tiled(json_insts: list, values: frozenset[str] = frozenset(),
+                  loops: frozenset[str] = frozenset()) -> dict[str, frozenset[str]]:
+    """After ``json_insts`` (following a prefix whose SamplePerfectTile outputs are ``values`` and whose perfect-tile
+    loops are ``loops``): ``tile_values``, the names SamplePerfectTile defined, and ``tiled``, the loops a Split by one
+    of them made (a `tile` line's)."""
+    vals, tiled = set(values), set(loops)
+    for inst in json_insts:
+        kind, ins, outs = inst[0], inst[1], inst[3]
+        if kind == "SamplePerfectTile":
+            vals.update(o for o in outs if o != "_")
+        elif kind == "Split" and any(isinstance(x, str) and x in vals for x in ins[1:]):
+            tiled.update(o for o in outs if o != "_")
+    return {"tile_values": frozenset(vals), "tiled": frozenset(tiled)}
 
 
 def live_state(live: LiveSchedule) -> ScheduleState:
-    return state_of(live.sch, list(live.rvs.values()), live.dead)
+    from tvm.s_tir.schedule import LoopRV
+
+    state = state_of(live.sch, list(live.rvs.values()), live.dead)
+    if live.tiled:  # script loop k is the k-th loop variable of the prefix, as ``state_of`` counts them
+        names = [name for name, rv in live.rvs.items() if isinstance(rv, LoopRV)]
+        state.loop_tiled = frozenset(k for k, name in enumerate(names) if name in live.tiled and k in state.loops)
+    return state
 
 
 KERNEL_AXES = ("blockIdx.", "threadIdx.")

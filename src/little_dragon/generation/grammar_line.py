@@ -12,7 +12,8 @@ stays the codec's.  Changes, all of them narrowing:
   ``cwrite b i``: i indexes a buffer the block reads / writes;
 - ``tile l = t1 .. tN`` as TVM replays it: t2..tN each a divisor of what remains, t1 left to TVM (which sets it
   to what remains: the tile TVM builds is perfect, MetaSchedule's rule) — a context-free rule per divisor of the
-  extent; inside a multi-level tiling the factor count of the loop's iter kind (``_tile_rules``);
+  extent; inside a multi-level tiling the factor count of the loop's iter kind (``_tile_rules``); never of a loop
+  a `tile` line made (``ScheduleState.loop_tiled``: MetaSchedule tiles a loop once);
 - ``par``/``vec``/``bind``, ``split``/``fuse``, ``inline``: the loops and blocks TVM's primitives accept for
   their iter kinds, annotations, nesting and block kind (``_parallel_rules``, ``_split_fuse_rules``); `bind` never
   to a thread axis bound on an enclosing or nested loop (TVM accepts that, and the kernel is wrong);
@@ -630,7 +631,7 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.n_consumers.items())), tuple(sorted(state.n_reads.items())),
             tuple(sorted(state.n_writes.items())), tuple(sorted(state.loop_iters.items())),
             tuple(sorted(state.loop_child.items())), tuple(sorted(state.loop_pinned)), tuple(sorted(state.loop_bound)),
-            tuple(sorted(state.lookup_run)),
+            tuple(sorted(state.lookup_run)), tuple(sorted(state.loop_tiled)),
             tuple(sorted(state.not_inlinable)),
             tuple(sorted((k, tuple(sorted(v))) for k, v in state.loop_nested_axes.items())),
             tuple(sorted(state.root_blocks)), tuple(sorted((k, tuple(sorted(v))) for k, v in state.annotations.items())),
@@ -866,7 +867,9 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     out += _target_rules(state)
     out += _compute_at_rules(state)
     out += _unannotate_rules(state)
-    out += _tile_rules(state.loops, tile_counts, tile_loops, state.loop_iters)
+    # [tile once] a loop a `tile` line made is not tiled again (``ScheduleState.loop_tiled``)
+    out += _tile_rules({k: e for k, e in state.loops.items() if k not in state.loop_tiled}, tile_counts, tile_loops,
+                       state.loop_iters)
     out += _parallel_rules(state)
     out += _split_fuse_rules(state)
     out += _rfactor_rules(state)

@@ -1,0 +1,45 @@
+"""`tile` under the constraint (issue 16): a loop a `tile` line made is not tiled again.  TVM tiles a tile's loops again
+and again (its unit loops as `tile lK = 1 1 1`), and session 29's H100 A/B had an attempt write 81 `tile` lines until the
+token budget cut it; its row, and so the engine call, ran to the step cap.  MetaSchedule tiles each loop once (the
+real-records tests accept every record token by token; the H200 and CPU harvests' 3,838 perfect-tile splits never
+split a loop an earlier one made).
+
+Real parts only: the committed CUDA MetaSchedule database (tests/codec/data), the codec, TVM's verdicts on a fresh
+schedule, llguidance.
+"""
+from __future__ import annotations
+
+from dragon_testkit import CODEC_DATA as DATA
+from dragon_testkit import allowed_by_mask, model_script_lines, prefix_state, real_records, tvm_accepts
+
+
+def test_a_loop_a_tile_made_is_not_tiled_again(engine, smollm2):
+    """Right after each real `tile` line: every loop it made is out of the `tile` kind (`tile l = extent 1`,
+    which TVM accepts), while the record's next line -- the next loop's `tile` inside a tiling -- is still allowed; the
+    state names exactly the tiles' loops."""
+    from little_dragon.generation.constrained import Workload
+
+    tiled_refused = accepted_by_tvm = next_allowed = 0
+    for _, mod, target, tj in real_records(DATA / "real_cuda_db"):
+        lines = model_script_lines(tj)
+        wl = Workload(mod, target)
+        for i, line in enumerate(lines[:-1]):
+            if not line.startswith("tile") or tiled_refused >= 8:
+                continue
+            head = "".join(x + "\n" for x in lines[:i])
+            before = prefix_state(mod, head)
+            head += line + "\n"
+            st = prefix_state(mod, head)
+            made = sorted(set(st.loops) - set(before.loops))
+            assert made and set(made) <= st.loop_tiled and before.loop_tiled <= st.loop_tiled, (line, made)
+            assert st.loop_tiled == before.loop_tiled | set(made)
+            for m in made[:2]:
+                attempt = head + f"tile l{m} = {st.loops[m]} 1\n"
+                assert not allowed_by_mask(engine, wl, smollm2, attempt), (line, m)
+                tiled_refused += 1
+                accepted_by_tvm += tvm_accepts(mod, attempt)
+            if lines[i + 1].startswith("tile"):
+                assert allowed_by_mask(engine, wl, smollm2, head + lines[i + 1] + "\n"), (line, lines[i + 1])
+                next_allowed += 1
+    assert tiled_refused and next_allowed, (tiled_refused, next_allowed)
+    assert accepted_by_tvm, "TVM tiles a tile's loop again: the rule is the constraint's, not a TVM refusal"
