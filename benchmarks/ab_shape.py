@@ -130,12 +130,39 @@ def main(args: argparse.Namespace) -> None:
         print(f"plot: {args.plot}")
 
 
+def plot_rows(files: list[str], out: str) -> None:
+    """The rows (prompts) in the batch at every decoding step of each arm that recorded them (``rows_per_step``, an arm's
+    engine calls one after another): where the batch runs short, and how long its tail is."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for f in files:
+        for name, arm in json.loads(Path(f).read_text())["ab"]["arms"].items():
+            rows = [r for call in arm.get("rows_per_step") or [] for r in call]
+            if rows:
+                ax.step(range(len(rows)), rows, where="post", label=f"{Path(f).parent.name}: {name} ({len(rows)} steps)")
+    ax.set_xlabel("decoding step")
+    ax.set_ylabel("rows (prompts) in the batch")
+    ax.set_title("Batch occupancy per decoding step")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    print(f"plot: {out}")
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+", help="constrained_bench.py --ab --out JSON files")
     ap.add_argument("--plot", help="write the factors as a PNG here")
+    ap.add_argument("--rows-plot", help="write the rows in the batch at every step (rows_per_step) as a PNG here")
     return ap
 
 
 if __name__ == "__main__":
-    main(parser().parse_args())
+    parsed = parser().parse_args()
+    main(parsed)
+    if parsed.rows_plot:
+        plot_rows(parsed.files, parsed.rows_plot)

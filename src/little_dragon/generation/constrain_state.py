@@ -124,6 +124,10 @@ class ScheduleState:
     # (`tile l40 = 1 1 1` ...) until the token budget cut it, its row (and the engine call) running to the step cap.
     # Set by ``live_state`` from the prefix's instructions (``LiveSchedule.tiled``).
     loop_tiled: frozenset[int] = frozenset()
+    # live blocks a `blayout` line transformed: not transformed again.  MetaSchedule transforms a block's layout once
+    # (1,792 TransformBlockLayout of the same harvests: none of a block transformed before); session 29's H100 A/B had
+    # an attempt write the same `blayout b0 ...` 17 times.  Set by ``live_state`` (``LiveSchedule.relaid``).
+    block_relaid: frozenset[int] = frozenset()
 
 
 def _int(x: Any) -> int | None:
@@ -613,9 +617,11 @@ class LiveSchedule:
     # the structural hash of ``sch.mod`` when it was made: TVM may write into a schedule's nodes through a copy of it
     # (tvmx/schedule.py), so ``extend`` checks it before building on this schedule
     fingerprint: int | None = None
-    # the names of SamplePerfectTile's outputs, and of the loops a Split by them made (``perfect_tiled``)
+    # the names of SamplePerfectTile's outputs, of the loops a Split by them made, and of the blocks TransformBlockLayout
+    # transformed (``perfect_tiled``)
     tile_values: frozenset[str] = frozenset()
     tiled: frozenset[str] = frozenset()
+    relaid: frozenset[str] = frozenset()
 
 
 def replay(mod: Any, trace_json: list) -> LiveSchedule:
@@ -719,31 +725,37 @@ def extend(live: LiveSchedule, json_insts: list, decisions: list) -> LiveSchedul
     rvs = dict(live.rvs)
     rvs.update(_outputs(trace_json[0][len(preamble):], applied[len(preamble):]))
     return LiveSchedule(sch, rvs, live.n_insts + len(json_insts), set(live.dead), fingerprint(sch.mod),
-                        **perfect_tiled(json_insts, live.tile_values, live.tiled))
+                        **perfect_tiled(json_insts, live.tile_values, live.tiled, live.relaid))
 
 
-def perfect_tiled(json_insts: list, values: frozenset[str] = frozenset(),
-                  loops: frozenset[str] = frozenset()) -> dict[str, frozenset[str]]:
-    """After ``json_insts`` (following a prefix whose SamplePerfectTile outputs are ``values`` and whose perfect-tile
-    loops are ``loops``): ``tile_values``, the names SamplePerfectTile defined, and ``tiled``, the loops a Split by one
-    of them made (a `tile` line's)."""
-    vals, tiled = set(values), set(loops)
+def perfect_tiled(json_insts: list, values: frozenset[str] = frozenset(), loops: frozenset[str] = frozenset(),
+                  blocks: frozenset[str] = frozenset()) -> dict[str, frozenset[str]]:
+    """After ``json_insts`` (following a prefix whose SamplePerfectTile outputs are ``values``, whose perfect-tile
+    loops are ``loops`` and whose relaid blocks are ``blocks``): ``tile_values``, the names SamplePerfectTile defined;
+    ``tiled``, the loops a Split by one of them made (a `tile` line's); ``relaid``, the blocks TransformBlockLayout
+    took (a `blayout` line's)."""
+    vals, tiled, relaid = set(values), set(loops), set(blocks)
     for inst in json_insts:
         kind, ins, outs = inst[0], inst[1], inst[3]
         if kind == "SamplePerfectTile":
             vals.update(o for o in outs if o != "_")
         elif kind == "Split" and any(isinstance(x, str) and x in vals for x in ins[1:]):
             tiled.update(o for o in outs if o != "_")
-    return {"tile_values": frozenset(vals), "tiled": frozenset(tiled)}
+        elif kind == "TransformBlockLayout" and ins and isinstance(ins[0], str):
+            relaid.add(ins[0])
+    return {"tile_values": frozenset(vals), "tiled": frozenset(tiled), "relaid": frozenset(relaid)}
 
 
 def live_state(live: LiveSchedule) -> ScheduleState:
-    from tvm.s_tir.schedule import LoopRV
+    from tvm.s_tir.schedule import LoopRV, SBlockRV
 
     state = state_of(live.sch, list(live.rvs.values()), live.dead)
     if live.tiled:  # script loop k is the k-th loop variable of the prefix, as ``state_of`` counts them
         names = [name for name, rv in live.rvs.items() if isinstance(rv, LoopRV)]
         state.loop_tiled = frozenset(k for k, name in enumerate(names) if name in live.tiled and k in state.loops)
+    if live.relaid:  # and block k the k-th block variable
+        names = [name for name, rv in live.rvs.items() if isinstance(rv, SBlockRV)]
+        state.block_relaid = frozenset(k for k, name in enumerate(names) if name in live.relaid and k in state.blocks)
     return state
 
 

@@ -13,7 +13,8 @@ stays the codec's.  Changes, all of them narrowing:
 - ``tile l = t1 .. tN`` as TVM replays it: t2..tN each a divisor of what remains, t1 left to TVM (which sets it
   to what remains: the tile TVM builds is perfect, MetaSchedule's rule) — a context-free rule per divisor of the
   extent; inside a multi-level tiling the factor count of the loop's iter kind (``_tile_rules``); never of a loop
-  a `tile` line made (``ScheduleState.loop_tiled``: MetaSchedule tiles a loop once);
+  a `tile` line made (``ScheduleState.loop_tiled``: MetaSchedule tiles a loop once); `blayout` never of a block it
+  already transformed (``ScheduleState.block_relaid``);
 - ``par``/``vec``/``bind``, ``split``/``fuse``, ``inline``: the loops and blocks TVM's primitives accept for
   their iter kinds, annotations, nesting and block kind (``_parallel_rules``, ``_split_fuse_rules``); `bind` never
   to a thread axis bound on an enclosing or nested loop (TVM accepts that, and the kernel is wrong);
@@ -485,7 +486,7 @@ def _fixed_rules() -> str:
 # [root block] the instructions TVM refuses on the function's root block ("The primitive does not operate on the root
 # block"; ``ScheduleState.root_blocks``): their block is a ``BNROOT``.  `inline` has its own narrowing (``BINLINE``),
 # `prods`/`cons` theirs (``_count_rule``), `loc`/`at b = k`/`pad` are among the decoder rules
-_NOT_ON_ROOT = ("k_at:", "k_rat:", "k_rinline:", "k_decomp:", "k_blayout:")
+_NOT_ON_ROOT = ("k_at:", "k_rat:", "k_rinline:", "k_decomp:")
 
 
 def _fixed_form(line: str) -> str:
@@ -495,6 +496,8 @@ def _fixed_form(line: str) -> str:
         line = re.sub(r"\bINT\b", "SINT", line)
     if line.startswith(_NOT_ON_ROOT):
         line = line.replace("BREF", "BNROOT", 1)
+    if line.startswith("k_blayout:"):  # [blayout once] not the root, nor a block `blayout` transformed (``BLAYOUT``)
+        line = line.replace("BREF", "BLAYOUT", 1)
     return line
 
 
@@ -524,7 +527,7 @@ def _narrowed(name: str, old: str, new: str) -> str:
 
 
 _SYNTAX_ONLY = "\n".join([
-    "BREF: /b[0-9]+/", "BNROOT: /b[0-9]+/", "LREF: /l[0-9]+/", "VREF: /v[0-9]+/",
+    "BREF: /b[0-9]+/", "BNROOT: /b[0-9]+/", "BLAYOUT: /b[0-9]+/", "LREF: /l[0-9]+/", "VREF: /v[0-9]+/",
     'k_blk: "blk" name o_fn?', 'k_loops: "loops" BREF COUNT', 'k_kids: "kids" ref_bl COUNT',
     'k_prods: "prods" BREF COUNT', 'k_cons: "cons" BREF COUNT', 'k_cread: "cread" BREF SINT name o_c?',
     'k_cwrite: "cwrite" BREF SINT name o_c?', 'k_tile: "tile" LREF o_m? pdecision'])
@@ -631,7 +634,7 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.n_consumers.items())), tuple(sorted(state.n_reads.items())),
             tuple(sorted(state.n_writes.items())), tuple(sorted(state.loop_iters.items())),
             tuple(sorted(state.loop_child.items())), tuple(sorted(state.loop_pinned)), tuple(sorted(state.loop_bound)),
-            tuple(sorted(state.lookup_run)), tuple(sorted(state.loop_tiled)),
+            tuple(sorted(state.lookup_run)), tuple(sorted(state.loop_tiled)), tuple(sorted(state.block_relaid)),
             tuple(sorted(state.not_inlinable)),
             tuple(sorted((k, tuple(sorted(v))) for k, v in state.loop_nested_axes.items())),
             tuple(sorted(state.root_blocks)), tuple(sorted((k, tuple(sorted(v))) for k, v in state.annotations.items())),
@@ -839,6 +842,9 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     out: list[str] = []
     out.append("BREF: " + _alts([f"b{k}" for k in sorted(state.blocks)]))
     out.append("BNROOT: " + _alts([f"b{k}" for k in sorted(state.blocks) if k not in state.root_blocks]))
+    # [blayout once] MetaSchedule transforms a block's layout once (``ScheduleState.block_relaid``)
+    out.append("BLAYOUT: " + _alts([f"b{k}" for k in sorted(state.blocks)
+                                    if k not in state.root_blocks and k not in state.block_relaid]))
     out.append("LREF: " + _alts([f"l{k}" for k in sorted(state.loops)]))
     out.append("VREF: " + _alts([f"v{k}" for k in range(state.n_values)]))
     names = []

@@ -1,8 +1,10 @@
-"""`tile` under the constraint (issue 16): a loop a `tile` line made is not tiled again.  TVM tiles a tile's loops again
+"""`tile` and `blayout` under the constraint (issue 16): a loop a `tile` line made is not tiled again, a block `blayout`
+transformed is not transformed again.  TVM tiles a tile's loops again
 and again (its unit loops as `tile lK = 1 1 1`), and session 29's H100 A/B had an attempt write 81 `tile` lines until the
-token budget cut it; its row, and so the engine call, ran to the step cap.  MetaSchedule tiles each loop once (the
-real-records tests accept every record token by token; the H200 and CPU harvests' 3,838 perfect-tile splits never
-split a loop an earlier one made).
+token budget cut it; its row, and so the engine call, ran to the step cap; another wrote the same `blayout b0` 17 times.
+MetaSchedule tiles each loop once and transforms a block's layout once (the real-records tests accept every record
+token by token; the H200 and CPU harvests' 3,838 perfect-tile splits never split a loop an earlier one made, and their
+1,792 TransformBlockLayout never take a block twice).
 
 Real parts only: the committed CUDA MetaSchedule database (tests/codec/data), the codec, TVM's verdicts on a fresh
 schedule, llguidance.
@@ -43,3 +45,30 @@ def test_a_loop_a_tile_made_is_not_tiled_again(engine, smollm2):
                 next_allowed += 1
     assert tiled_refused and next_allowed, (tiled_refused, next_allowed)
     assert accepted_by_tvm, "TVM tiles a tile's loop again: the rule is the constraint's, not a TVM refusal"
+
+
+def test_a_block_blayout_transformed_is_not_transformed_again(engine, smollm2):
+    """Right after each real `blayout` line: the same line again (which TVM applies) is refused, the block is in the
+    state's ``block_relaid``, and the record's next line is still allowed."""
+    import re
+
+    from little_dragon.generation.constrained import Workload
+
+    again = accepted_by_tvm = next_allowed = 0
+    for _, mod, target, tj in real_records(DATA / "real_cuda_db"):
+        lines = model_script_lines(tj)
+        wl = Workload(mod, target)
+        for i, line in enumerate(lines[:-1]):
+            if not line.startswith("blayout") or again >= 6:
+                continue
+            head = "".join(x + "\n" for x in lines[:i + 1])
+            st = prefix_state(mod, head)
+            k = int(re.match(r"blayout b(\d+) ", line).group(1))
+            assert k in st.block_relaid, (line, st.block_relaid)
+            assert not allowed_by_mask(engine, wl, smollm2, head + line + "\n"), line
+            again += 1
+            accepted_by_tvm += tvm_accepts(mod, head + line + "\n")
+            assert allowed_by_mask(engine, wl, smollm2, head + lines[i + 1] + "\n"), (line, lines[i + 1])
+            next_allowed += 1
+    assert again and next_allowed, (again, next_allowed)
+    assert accepted_by_tvm, "TVM transforms a block's layout again: the rule is the constraint's, not a TVM refusal"
