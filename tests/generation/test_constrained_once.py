@@ -15,34 +15,40 @@ from dragon_testkit import CODEC_DATA as DATA
 from dragon_testkit import allowed_by_mask, model_script_lines, prefix_state, real_records, tvm_accepts
 
 
+def _real_lines(kind: str, limit: int):
+    """(module, ``Workload``, the record's script lines before it, the line, the next line) for the first ``limit``
+    lines of the committed CUDA database that start with ``kind`` and have a line after them."""
+    from little_dragon.generation.constrained import Workload
+
+    n = 0
+    for _, mod, target, tj in real_records(DATA / "real_cuda_db"):
+        lines = model_script_lines(tj)
+        for i, line in enumerate(lines[:-1]):
+            if line.startswith(kind) and n < limit:
+                n += 1
+                yield mod, Workload(mod, target), "".join(x + "\n" for x in lines[:i]), line, lines[i + 1]
+
+
 def test_a_loop_a_tile_made_is_not_tiled_again(engine, smollm2):
     """Right after each real `tile` line: every loop it made is out of the `tile` kind (`tile l = extent 1`,
     which TVM accepts), while the record's next line -- the next loop's `tile` inside a tiling -- is still allowed; the
     state names exactly the tiles' loops."""
-    from little_dragon.generation.constrained import Workload
-
     tiled_refused = accepted_by_tvm = next_allowed = 0
-    for _, mod, target, tj in real_records(DATA / "real_cuda_db"):
-        lines = model_script_lines(tj)
-        wl = Workload(mod, target)
-        for i, line in enumerate(lines[:-1]):
-            if not line.startswith("tile") or tiled_refused >= 8:
-                continue
-            head = "".join(x + "\n" for x in lines[:i])
-            before = prefix_state(mod, head)
-            head += line + "\n"
-            st = prefix_state(mod, head)
-            made = sorted(set(st.loops) - set(before.loops))
-            assert made and set(made) <= st.loop_tiled and before.loop_tiled <= st.loop_tiled, (line, made)
-            assert st.loop_tiled == before.loop_tiled | set(made)
-            for m in made[:2]:
-                attempt = head + f"tile l{m} = {st.loops[m]} 1\n"
-                assert not allowed_by_mask(engine, wl, smollm2, attempt), (line, m)
-                tiled_refused += 1
-                accepted_by_tvm += tvm_accepts(mod, attempt)
-            if lines[i + 1].startswith("tile"):
-                assert allowed_by_mask(engine, wl, smollm2, head + lines[i + 1] + "\n"), (line, lines[i + 1])
-                next_allowed += 1
+    for mod, wl, head, line, following in _real_lines("tile", 6):
+        before = prefix_state(mod, head)
+        head += line + "\n"
+        st = prefix_state(mod, head)
+        made = sorted(set(st.loops) - set(before.loops))
+        assert made and set(made) <= st.loop_tiled and before.loop_tiled <= st.loop_tiled, (line, made)
+        assert st.loop_tiled == before.loop_tiled | set(made)
+        for m in made[:2]:
+            attempt = head + f"tile l{m} = {st.loops[m]} 1\n"
+            assert not allowed_by_mask(engine, wl, smollm2, attempt), (line, m)
+            tiled_refused += 1
+            accepted_by_tvm += tvm_accepts(mod, attempt)
+        if following.startswith("tile"):
+            assert allowed_by_mask(engine, wl, smollm2, head + following + "\n"), (line, following)
+            next_allowed += 1
     assert tiled_refused and next_allowed, (tiled_refused, next_allowed)
     assert accepted_by_tvm, "TVM tiles a tile's loop again: the rule is the constraint's, not a TVM refusal"
 
@@ -52,23 +58,16 @@ def test_a_block_blayout_transformed_is_not_transformed_again(engine, smollm2):
     state's ``block_relaid``, and the record's next line is still allowed."""
     import re
 
-    from little_dragon.generation.constrained import Workload
-
     again = accepted_by_tvm = next_allowed = 0
-    for _, mod, target, tj in real_records(DATA / "real_cuda_db"):
-        lines = model_script_lines(tj)
-        wl = Workload(mod, target)
-        for i, line in enumerate(lines[:-1]):
-            if not line.startswith("blayout") or again >= 6:
-                continue
-            head = "".join(x + "\n" for x in lines[:i + 1])
-            st = prefix_state(mod, head)
-            k = int(re.match(r"blayout b(\d+) ", line).group(1))
-            assert k in st.block_relaid, (line, st.block_relaid)
-            assert not allowed_by_mask(engine, wl, smollm2, head + line + "\n"), line
-            again += 1
-            accepted_by_tvm += tvm_accepts(mod, head + line + "\n")
-            assert allowed_by_mask(engine, wl, smollm2, head + lines[i + 1] + "\n"), (line, lines[i + 1])
-            next_allowed += 1
+    for mod, wl, head, line, following in _real_lines("blayout", 6):
+        head += line + "\n"
+        st = prefix_state(mod, head)
+        k = int(re.match(r"blayout b(\d+) ", line).group(1))
+        assert k in st.block_relaid, (line, st.block_relaid)
+        assert not allowed_by_mask(engine, wl, smollm2, head + line + "\n"), line
+        again += 1
+        accepted_by_tvm += tvm_accepts(mod, head + line + "\n")
+        assert allowed_by_mask(engine, wl, smollm2, head + following + "\n"), (line, following)
+        next_allowed += 1
     assert again and next_allowed, (again, next_allowed)
     assert accepted_by_tvm, "TVM transforms a block's layout again: the rule is the constraint's, not a TVM refusal"
