@@ -618,7 +618,7 @@ class LiveSchedule:
     # (tvmx/schedule.py), so ``extend`` checks it before building on this schedule
     fingerprint: int | None = None
     # the names of SamplePerfectTile's outputs, of the loops a Split by them made, and of the blocks TransformBlockLayout
-    # transformed (``perfect_tiled``)
+    # transformed (``once_facts``)
     tile_values: frozenset[str] = frozenset()
     tiled: frozenset[str] = frozenset()
     relaid: frozenset[str] = frozenset()
@@ -633,7 +633,7 @@ def replay(mod: Any, trace_json: list) -> LiveSchedule:
     applied = list(sch.trace.insts)
     try:
         return LiveSchedule(sch, _outputs(trace_json[0], applied), len(trace_json[0]), fingerprint=fingerprint(sch.mod),
-                            **perfect_tiled(trace_json[0]))
+                            **once_facts(trace_json[0]))
     except RuntimeError:  # not one trace instruction per JSON one: facts from the trace, never extended
         return LiveSchedule(sch, {f"?{i}": rv for i, rv in enumerate(rv for inst in applied for rv in inst.outputs)}, -1)
 
@@ -725,10 +725,10 @@ def extend(live: LiveSchedule, json_insts: list, decisions: list) -> LiveSchedul
     rvs = dict(live.rvs)
     rvs.update(_outputs(trace_json[0][len(preamble):], applied[len(preamble):]))
     return LiveSchedule(sch, rvs, live.n_insts + len(json_insts), set(live.dead), fingerprint(sch.mod),
-                        **perfect_tiled(json_insts, live.tile_values, live.tiled, live.relaid))
+                        **once_facts(json_insts, live.tile_values, live.tiled, live.relaid))
 
 
-def perfect_tiled(json_insts: list, values: frozenset[str] = frozenset(), loops: frozenset[str] = frozenset(),
+def once_facts(json_insts: list, values: frozenset[str] = frozenset(), loops: frozenset[str] = frozenset(),
                   blocks: frozenset[str] = frozenset()) -> dict[str, frozenset[str]]:
     """After ``json_insts`` (following a prefix whose SamplePerfectTile outputs are ``values``, whose perfect-tile
     loops are ``loops`` and whose relaid blocks are ``blocks``): ``tile_values``, the names SamplePerfectTile defined;
@@ -749,13 +749,17 @@ def perfect_tiled(json_insts: list, values: frozenset[str] = frozenset(), loops:
 def live_state(live: LiveSchedule) -> ScheduleState:
     from tvm.s_tir.schedule import LoopRV, SBlockRV
 
+    def script_indices(kind: type, names: frozenset[str], alive: dict) -> frozenset[int]:
+        """The live script variables (loop k, block k: the k-th variable of that kind, as ``state_of`` counts them)
+        among ``names``."""
+        if not names:
+            return frozenset()
+        order = [name for name, rv in live.rvs.items() if isinstance(rv, kind)]
+        return frozenset(k for k, name in enumerate(order) if name in names and k in alive)
+
     state = state_of(live.sch, list(live.rvs.values()), live.dead)
-    if live.tiled:  # script loop k is the k-th loop variable of the prefix, as ``state_of`` counts them
-        names = [name for name, rv in live.rvs.items() if isinstance(rv, LoopRV)]
-        state.loop_tiled = frozenset(k for k, name in enumerate(names) if name in live.tiled and k in state.loops)
-    if live.relaid:  # and block k the k-th block variable
-        names = [name for name, rv in live.rvs.items() if isinstance(rv, SBlockRV)]
-        state.block_relaid = frozenset(k for k, name in enumerate(names) if name in live.relaid and k in state.blocks)
+    state.loop_tiled = script_indices(LoopRV, live.tiled, state.loops)
+    state.block_relaid = script_indices(SBlockRV, live.relaid, state.blocks)
     return state
 
 

@@ -137,10 +137,8 @@ def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_token
     rows = len(prompt_ids)
     width = rows if width is None else min(width, rows)
     lp_ = max(len(p) for p in prompt_ids)           # every prompt fits a row's prompt columns (left padded)
-    ids, prefix = _padded(prompt_ids[:width], lp_, pad, device)
+    out, prefix = _prefill(model, prompt_ids[:width], lp_, pad, device)
     lengths = prefix.sum(1)                          # real prompt lengths: the first new token's position
-    pos = (prefix.long().cumsum(1) - 1).clamp(min=0)
-    out = model(input_ids=ids, attention_mask=prefix.long(), position_ids=pos, use_cache=True, logits_to_keep=1)
     # transformers >= 5.24 names the cache `cache` (past_key_values is deprecated there, the only name in 5.17)
     cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     cache = getattr(out, cache_kw)              # updated in place by every later forward
@@ -161,13 +159,7 @@ def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_token
     # attempt ids: chunk row r, attempt j -> prompts' index * n + j (fixed while rows leave the batch)
     base = torch.tensor(prompt_index[:rows] if prompt_index is not None else list(range(rows)), device=device) * n
     ids_of = base[:, None] + torch.arange(n, device=device)[None, :]                 # (rows, n)
-    if proc is None:
-        tok, lp = _sample(out.logits[:, -1, :].float(), n, temperature, generator)      # (rows, n)
-    else:  # each attempt its own mask: the first step's logits once per attempt, one token each
-        logits = out.logits[:, -1, None, :].float().expand(width, n, -1)
-        if lines:
-            logits = back.marks(proc, logits, ids_of[:width], done, alive, n_steps)
-        tok, lp = _processed_sample(proc, logits, ids_of[:width], done, hist_tok, alive, 0, temperature, generator)
+    tok, lp = _first_tokens(proc, out.logits, ids_of, alive, lines, back, hist_tok, n_steps, temperature, generator)
     # the suffix mask: attempt j sees column Lp + s*n + j' iff j' == j (s <= t)
     eye = torch.eye(n, dtype=torch.bool, device=device)
     t = 0
@@ -198,22 +190,15 @@ def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_token
             alive, done, tok, prefix, lengths, entry = (alive[idx], done[idx], tok[idx], prefix[idx], lengths[idx],
                                                         entry[idx])
             if fill is not None and fill.left:       # the next prompts take their places, their first tokens drawn
-                new = fill.enter(width - alive.shape[0])
-                nprefix, nlengths, logits = new
+                nprefix, nlengths, logits = fill.enter(width - alive.shape[0])
                 m = nprefix.shape[0]
                 rows_new = torch.arange(fill.next - m, fill.next, device=device)
-                ndone = torch.zeros((m, n), dtype=torch.bool, device=device)
-                logits = logits[:, -1, None, :].float().expand(m, n, -1)
-                if proc is not None:
-                    if lines:
-                        logits = back.marks(proc, logits, ids_of[rows_new], ndone, rows_new, n_steps)
-                    ntok, nlp = _processed_sample(proc, logits, ids_of[rows_new], ndone, hist_tok, rows_new, 0,
-                                                  temperature, generator)
-                else:
-                    ntok, nlp = _sample(logits, 1, temperature, generator)
+                ntok, nlp = _first_tokens(proc, logits, ids_of, rows_new, lines, back, hist_tok, n_steps,
+                                          temperature, generator)
                 back.ragged = True
-                back.write(hist_tok, hist_lp, rows_new, ~ndone, ntok, nlp, n_steps)
-                back.kept(rows_new, ~ndone, n_steps, t - 1)      # fed with the others' tokens of step t - 1
+                every = torch.ones((m, n), dtype=torch.bool, device=device)
+                back.write(hist_tok, hist_lp, rows_new, every, ntok, nlp, n_steps)
+                back.kept(rows_new, every, n_steps, t - 1)      # fed with the others' tokens of step t - 1
                 n_steps[rows_new] += 1
                 ndone = torch.isin(ntok, eos_t) | (n_steps[rows_new] >= max_new_tokens)
                 if proc is not None:
@@ -255,8 +240,9 @@ def _decode_chunk(model: Any, prompt_ids: list[list[int]], n: int, max_new_token
     return toks, lps
 
 
-def _padded(prompt_ids: list[list[int]], lp_: int, pad: int, device: Any) -> tuple[Any, Any]:
-    """Prompts left padded to ``lp_`` columns (every prompt ends at column Lp - 1) and their real tokens' mask."""
+def _prefill(model: Any, prompt_ids: list[list[int]], lp_: int, pad: int, device: Any) -> tuple[Any, Any]:
+    """One forward over the prompts left padded to ``lp_`` columns (every prompt ends at column Lp - 1): its output
+    (the last position's logits, a fresh cache) and the prompts' real-token mask."""
     import torch
 
     ids = torch.full((len(prompt_ids), lp_), pad, dtype=torch.long)
@@ -264,7 +250,27 @@ def _padded(prompt_ids: list[list[int]], lp_: int, pad: int, device: Any) -> tup
     for r, p in enumerate(prompt_ids):
         ids[r, lp_ - len(p):] = torch.tensor(p, dtype=torch.long)
         prefix[r, lp_ - len(p):] = True
-    return ids.to(device), prefix.to(device)
+    ids, prefix = ids.to(device), prefix.to(device)
+    pos = (prefix.long().cumsum(1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=prefix.long(), position_ids=pos, use_cache=True, logits_to_keep=1)
+    return out, prefix
+
+
+def _first_tokens(proc: Any, logits: Any, ids_of: Any, rows: Any, lines: bool, back: Any, hist_tok: Any,
+                  n_steps: Any, temperature: float, generator: Any) -> tuple[Any, Any]:
+    """The first token of every attempt of the chunk rows ``rows`` (those just prefilled, in cache order), from their
+    prefill's last logits ``(m, 1, V)``: ``n`` draws a row, or, under a processor, each attempt its own mask (and its
+    line marks when attempts take tokens back)."""
+    import torch
+
+    m, n = len(rows), ids_of.shape[1]
+    if proc is None:
+        return _sample(logits[:, -1, :].float(), n, temperature, generator)      # (m, n)
+    done = torch.zeros((m, n), dtype=torch.bool, device=logits.device)
+    logits = logits[:, -1, None, :].float().expand(m, n, -1)
+    if lines:
+        logits = back.marks(proc, logits, ids_of[rows], done, rows, n_steps)
+    return _processed_sample(proc, logits, ids_of[rows], done, hist_tok, rows, 0, temperature, generator)
 
 
 class _Refill:
@@ -289,10 +295,7 @@ class _Refill:
         device = next(self.model.parameters()).device
         new = self.prompt_ids[self.next:self.next + places]
         self.next += len(new)
-        ids, prefix = _padded(new, self.lp, self.pad, device)
-        pos = (prefix.long().cumsum(1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=prefix.long(), position_ids=pos, use_cache=True,
-                         logits_to_keep=1)
+        out, prefix = _prefill(self.model, new, self.lp, self.pad, device)
         fresh = getattr(out, self.cache_kw)
         for layer, src in zip(self.cache.layers, fresh.layers):
             layer.append_rows(src.keys, src.values)
