@@ -631,6 +631,8 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
     _print_steps(out)
     _print_costs(out)
     _write(args, out)
+    if args.no_score:  # timing only (a device call's minutes): score later with --evaluate-from on any machine
+        return out
     _score_arms(out, {name: runs[name][0] for name in args.arms}, rows, tok, args)
     _print_ab(out)
     return out
@@ -793,6 +795,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--evaluate", action="store_true", help="correctness and speedup through the Evaluator")
     ap.add_argument("--evaluate-from", help="--ab: score the scripts of this earlier --out instead of sampling "
                                             "(same --model, --rows, --prompts, --seed)")
+    ap.add_argument("--no-score", action="store_true",
+                    help="--ab: stop after the timing (the JSON has every arm's scripts: score them later with "
+                         "--evaluate-from, which takes ~2 minutes an arm of 128 CUDA scripts on a device's CPU)")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="write the numbers as JSON here")

@@ -18,7 +18,8 @@
 #        ROWS (default artifacts/datasets/validation.jsonl), TARGET_FILTER (cuda: only rows of that target kind),
 #        ARMS (default "free syntax constrained"), EVALUATE (1), REPEAT (timed runs of each arm, round robin: 1),
 #        WARMUP (untimed rounds of every arm first: 0), EVALUATE_FROM (score the scripts of an earlier run's JSON
-#        instead of sampling: generation in one device call, its evaluation in the next; writes *_scored.*).
+#        instead of sampling: generation in one device call, its evaluation in the next; writes *_scored.*),
+#        SCORE (0: timing only, no decode/apply scoring of the scripts: ~2 min an arm saved on the device).
 #   The JSON is written before the scoring (the timing and the scripts) and after each arm's scoring.
 # Expected on one H200 (estimate, not measured there): ~1 min setup (model, tensor intrinsics, the prompts'
 # workloads), ~1 min per free/syntax arm and ~2-3 min for the constrained arm (two generate calls of <= 1024
@@ -70,6 +71,7 @@ print(f"{n} rows of target {kind or 'any'}")
 EOF
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 EVAL_FLAG=""; [ "$EVALUATE" = 1 ] && EVAL_FLAG="--evaluate"
+[ "${SCORE:-1}" = 0 ] && EVAL_FLAG="$EVAL_FLAG --no-score"
 NAME=constrained_ab_${TARGET_KEY}
 if [ -n "${EVALUATE_FROM:-}" ]; then EVAL_FLAG="$EVAL_FLAG --evaluate-from $EVALUATE_FROM"; NAME=${NAME}_scored; fi
 t0=$(date +%s)

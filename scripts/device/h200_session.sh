@@ -122,7 +122,7 @@ step_eval() {
 step_ab() {
   env_tvm; cd "$SNAP"
   OUT="$OUT" PROMPTS="${AB_PROMPTS:-8}" K="${AB_K:-4}" ARMS="${AB_ARMS:-free constrained}" REPEAT="${AB_REPEAT:-1}" \
-    WARMUP="${AB_WARMUP:-0}" \
+    WARMUP="${AB_WARMUP:-0}" SCORE="${AB_SCORE:-1}" \
     timeout "${AB_BOX:-540}" bash scripts/device/constrained_ab.sh "$SFT_DIR/out" \
     || log "ab: stopped (arms measured so far are in $OUT)"
 }

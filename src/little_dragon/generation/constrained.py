@@ -316,9 +316,17 @@ class TokenEngine:
         return hit
 
 
+# threads for line-grammar compiles (``_pool``): None = the host's cores, at most 8.  A constraint process sets its
+# share of the cores (``constraint_process``): N children with 8 threads each, and torch's and TVM's own pools,
+# oversubscribed a 16-core host (session 29: four children 1.46x slower than the thread).
+WORKERS: int | None = None
+
+
 def _workers() -> int:
     import os
 
+    if WORKERS is not None:
+        return max(1, WORKERS)
     return max(1, min(8, os.cpu_count() or 1))
 
 
@@ -1616,10 +1624,10 @@ class ConstrainedDecoding:
         self._engine: TokenEngine | None = None
         self._processes: list = []
         if processes > 0:  # the shared-prefix engine's constraints live in processes of their own, started now
-            from little_dragon.generation.constraint_process import ConstraintProcess
+            from little_dragon.generation.constraint_process import ConstraintProcess, process_cores
 
-            self._processes = [ConstraintProcess(tokenizer, semantic, line_retries, finish_back)
-                               for _ in range(processes)]
+            self._processes = [ConstraintProcess(tokenizer, semantic, line_retries, finish_back,
+                                                 cores=process_cores(processes)) for _ in range(processes)]
         elif semantic and ISOLATE_TVM:
             for role in ("lines", "end"):  # the workers' processes and imports while the caller loads its model
                 tvm_worker(role).start()

@@ -23,6 +23,8 @@ each child holds its share of the call's prompts, and the ids below are its own:
 - ``("allows", ids, tokens, redraw)`` -> ``[bool]`` (``AttemptLogitsProcessor.allows``).
 - ``("masks", ids)`` -> ``[row]``: the rows of ``bitmask`` holding the masks of ``ids`` (computed ahead, or now).
 - ``("close",)`` -> ``None``: every end check settled.
+- ``("threads",)`` -> ``{"compile", "torch", "tvm"}``: the child's thread pools (``limit_threads``: its share of the
+  host's cores, ``process_cores``).
 - ``("results", texts, n)`` -> ``(pairs, counts)``: ``AttemptLogitsProcessor.results`` and the call's
   ``ConstraintStats`` as a dict (the parent adds it to its hook's).
 - Answers are ``("ok", value)`` or ``("error", traceback)``; the parent raises the latter as ``ConstraintProcessError``.
@@ -53,12 +55,37 @@ def _knobs() -> dict[str, Any]:
     """The parent's ``constrained`` settings the child must share (module-level upper-case flags and sizes)."""
     from little_dragon.generation import constrained
 
-    return {k: v for k, v in vars(constrained).items()
-            if k.isupper() and not k.startswith("_") and (v is None or isinstance(v, (bool, int, float, str)))}
+    # not WORKERS: a child's compile threads are its share of the cores (``limit_threads``), not the parent's
+    return {k: v for k, v in vars(constrained).items() if k.isupper() and not k.startswith("_") and k != "WORKERS"
+            and (v is None or isinstance(v, (bool, int, float, str)))}
+
+
+def process_cores(processes: int, cpus: int | None = None) -> int:
+    """Cores a constraint process may keep busy: the host's, shared by the ``processes`` children and the model's
+    process (its decoding loop), at least one."""
+    import os
+
+    return max(1, (cpus or os.cpu_count() or 1) // (processes + 1))
+
+
+def limit_threads(cores: int) -> None:
+    """This process's thread pools sized to ``cores``: the line-grammar compiles (``constrained.WORKERS``) and torch's
+    intra-op pool one thread (a child's torch work is small tensor ops on masks, whose OpenMP threads would otherwise
+    spin on every core beside the other children's); the TVM workers it starts inherit one thread each."""
+    import os
+
+    import torch
+
+    from little_dragon.generation import constrained
+
+    constrained.WORKERS = cores
+    torch.set_num_threads(1)
+    for var in ("TVM_NUM_THREADS", "OMP_NUM_THREADS"):
+        os.environ[var] = "1"
 
 
 def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_back: int,
-           knobs: dict[str, Any]) -> None:
+           knobs: dict[str, Any], cores: int | None = None) -> None:
     """The child: one ``ConstrainedDecoding`` (thread mode, its own TVM workers) serving the parent's requests."""
     import signal
 
@@ -69,6 +96,8 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
         for k, v in knobs.items():
             setattr(constrained, k, v)
         constrained.PROCESSES = 0
+        if cores is not None:
+            limit_threads(cores)
         hook = constrained.ConstrainedDecoding(tokenizer, semantic, line_retries, finish_back, processes=0)
         vocab = hook.engine().vocab_size
         if semantic:  # TVM's import (~3 s on a CPU) before the first call, which parses the prompts' kernels
@@ -120,6 +149,13 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
                 if not all(a in proc._rows for a in ids):
                     proc._fill(ids)
                 out, proc._rows = [proc._rows[a] for a in ids], {}
+            elif op == "threads":
+                import os
+
+                import torch
+
+                out = {"compile": constrained._workers(), "torch": torch.get_num_threads(),
+                       "tvm": os.environ.get("TVM_NUM_THREADS")}
             elif op == "close":
                 out = proc.close() if proc is not None else None
             elif op == "results":
@@ -150,8 +186,10 @@ class ConstraintProcess:
     """One child process of a ``ConstrainedDecoding`` (``PROCESSES``), started at once (its imports, tokenizer
     engine and TVM workers overlap the caller's model load) and replaced when it dies."""
 
-    def __init__(self, tokenizer: Any, semantic: bool = True, line_retries: int = 0, finish_back: int = 0):
+    def __init__(self, tokenizer: Any, semantic: bool = True, line_retries: int = 0, finish_back: int = 0,
+                 cores: int | None = None):
         self._args = (tokenizer, semantic, line_retries, finish_back)
+        self._cores = cores  # its share of the host's cores (``process_cores``); None: its pools as a lone process's
         self.vocab_size: int | None = None
         self.started = 0
         self._start()
@@ -160,7 +198,8 @@ class ConstraintProcess:
         ctx = multiprocessing.get_context("spawn")
         self.conn, child_conn = ctx.Pipe(duplex=True)
         # not a daemon: it starts TVM's worker processes; it ends when the pipe closes
-        self.child = ctx.Process(target=_serve, args=(child_conn, *self._args, _knobs()), name="constraint-process")
+        self.child = ctx.Process(target=_serve, args=(child_conn, *self._args, _knobs(), self._cores),
+                                 name="constraint-process")
         self.child.start()
         child_conn.close()
         self.vocab_size = None
