@@ -69,6 +69,7 @@ from little_dragon.generation.constrain_state import ScheduleState
 from little_dragon.generation.grammar_line import line_grammar, line_kinds, reorder_derivable, tiling_run
 from little_dragon.generation.schedule_worker import _LIVE, LRU, finish_check, post_section, prefix_facts
 from little_dragon.generation.schedule_worker import worker as tvm_worker
+from little_dragon.generation.thread_bounds import THREAD_BOUNDS
 from little_dragon.tvmx.postprocs import POSTPROC_MARKER
 
 log = logging.getLogger(__name__)
@@ -730,7 +731,9 @@ class ScriptConstraint:
             try:
                 self.state = self._state()
             except Exception as e:  # noqa: BLE001 - the prefix does not apply: retried, or the attempt is dead
-                if not self._retry(e):
+                # a block's threads outside the bounds its line just gave it: the end check's verdict, known now
+                # (``thread_bounds``), so back to the tiling as at `post *`
+                if not (self._retry_end(_last_message(e), "threads") if THREAD_BOUNDS in str(e) else self._retry(e)):
                     self._kill("apply", e)
                 return
         self._begin_line(self._grammar(first))
@@ -759,16 +762,20 @@ class ScriptConstraint:
         self._go_back(len(self._starts) - 1, f"{what}: {msg[-1] if msg else ''}")
         return True
 
-    def _retry_end(self, why: str) -> bool:
+    def _retry_end(self, why: str, label: str = "post") -> bool:
         """Take back the end of a script the end check refused (``why``), if this attempt has retries left: back to
         the first `tile` line of its last tiling when it has one (on CUDA nearly every refusal is a thread count
         outside the tiling's bounds, which its tile factors decide: 46 of 50 VerifyGPUCode refusals of session 18's
         H200 A/B), else to its last line; its lines from there are drawn again (rejection sampling of that suffix
-        given the end check, counted).  Not where it would go back to the script's start."""
+        given the end check, counted).  Not where it would go back to the script's start.  The last line is `post *`
+        (``label`` "post") or the line that gave a block thread bounds its threads miss ("threads", ``thread_bounds``:
+        the same verdict, before the lines after it are drawn)."""
         if self.retried >= self.line_retries or len(self._starts) < 2:
             return False
-        lines = self.text.split("\n")[:-1]          # the lines before `post *` (line k started at ``_starts[k]``)
+        lines = self.text.split("\n")[:-1]          # the lines up to the last (line k started at ``_starts[k]``)
         tiles = [k for k, ln in enumerate(lines) if ln.startswith("tile")]
+        if not tiles and label != "post":  # no tiling to go back to: the line itself, never completed again there
+            return self._retry(why, label)
         to = len(lines) - 1
         if tiles:
             to = tiles[-1]
@@ -776,13 +783,14 @@ class ScriptConstraint:
                 to -= 1
         if to <= 0:
             return False
-        self._go_back(to, f"post: {why}")
+        self._go_back(to, f"{label}: {why}")
         return True
 
     def _go_back(self, k: int, why: str) -> None:
         """Return to the start of line ``k`` (``_starts[k]``): the engine drops every token consumed since (``take_back``)
         and draws line k again from the logits its first token was drawn from."""
         start = self._starts[k]
+        earlier = k < len(self._starts) - 1  # an earlier line than the current one: its refusals were for this start
         del self._starts[k + 1:]
         n = self.n_tokens - start.n_tokens
         self.retried += 1
@@ -794,7 +802,7 @@ class ScriptConstraint:
                                                                          start.order)
         self.state, self.n_tokens, self.finished, self.post_left = start.state, start.n_tokens, False, start.post_left
         self.repaired = {i: r for i, r in self.repaired.items() if i < k}
-        if why.startswith("post:"):
+        if earlier or why.startswith("post:"):
             self.refused = set()   # lines refused at the line gone back to are forgotten: its prefix is the same, but
             #                        those refusals were for other, later starts (``_starts`` ended there)
         self._begin_line(start.grammar)
@@ -1605,6 +1613,12 @@ class AttemptLogitsProcessor:
         return [[(c.script(t), not c.dead) for c, t in
                  zip((self.constraints[p * n + (a if n == len(ts) else 0)] for a in range(len(ts))), ts)]
                 for p, ts in enumerate(texts)]
+
+
+def _last_message(e: BaseException | str) -> str:
+    """The last line of an error's message (TVM's own is its last)."""
+    msg = str(e).strip().splitlines()
+    return msg[-1] if msg else ""
 
 
 class ConstrainedDecoding:

@@ -43,6 +43,7 @@ from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleStat
                                                      repeated_in_place_update, replay)
 from little_dragon.generation.device_bounds import out_of_bounds_accesses
 from little_dragon.generation.launch_scopes import launch_scope_message, reads_outside_launch_scope
+from little_dragon.generation.thread_bounds import gives_thread_bounds, thread_bounds_message, threads_outside_bounds
 from little_dragon.generation.tvm_breaks import (inits_without_their_update, regions_outside_buffers,
                                                  updates_without_their_predicate, vector_stores_into_one_element)
 from little_dragon.tvmx.schedule import fingerprint, fresh_schedule
@@ -131,6 +132,11 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
         if twice:  # TVM names a new block without looking: `blk` lookups and RewriteReductionBlock then fail on it
             raise RuntimeError(f"the line would name a second block {twice} (TVM does not make block names unique; "
                                "a lookup of the name and the post-processing's RewriteReductionBlock fail on it)")
+    if gives_thread_bounds(_final_line(text)) and isinstance(key, tuple) and len(key) > 1 and isinstance(key[1], str):
+        warp = gpu_warp_size(key[1])
+        off = threads_outside_bounds(live.sch.mod, warp) if warp else None
+        if off:  # VerifyGPUCode refuses it at `post *`: the constraint goes back to the tiling now (``_new_line``)
+            raise RuntimeError(thread_bounds_message(off))
     if key is not None:
         _LIVE.put((key, text), live)
     state = live_state(live)
@@ -193,6 +199,11 @@ def layout_overlap(mod: Any, trace_json: list) -> str:
     return ""
 
 
+def _final_line(text: str) -> str:
+    """The last line of ``text`` (complete lines)."""
+    return text[:-1].rpartition("\n")[2] if text.endswith("\n") else ""
+
+
 def _last_keyword(text: str) -> str:
     """The first word of the last line of ``text`` (complete lines)."""
     return text[:-1].rpartition("\n")[2].split(" ", 1)[0] if text.endswith("\n") else ""
@@ -235,6 +246,24 @@ def cpu_target(target: str) -> bool:
         return tvm.target.Target(spec).get_target_device_type() == DLDeviceType.kDLCPU
     except Exception:  # noqa: BLE001 - a target TVM does not parse: no target rules (the GPU's, the wider ones)
         return False
+
+
+@functools.lru_cache(maxsize=64)
+def gpu_warp_size(target: str) -> int | None:
+    """The warp size of a GPU ``target`` (a workload key's target; TVM's ``thread_warp_size``), None on a CPU target or
+    one TVM does not parse."""
+    import tvm
+
+    if cpu_target(target):
+        return None
+    try:
+        spec = json.loads(target)
+    except ValueError:
+        spec = target
+    try:
+        return int(tvm.target.Target(spec).attrs.get("thread_warp_size", 32))
+    except Exception:  # noqa: BLE001 - as cpu_target: no target rules
+        return None
 
 
 _WORKLOAD_HASH = LRU(64)  # workload key -> the structural hash of its module
