@@ -505,6 +505,8 @@ def test_the_constraint_processes_sample_what_the_thread_samples(setup):
                 assert p.request(("threads",)) == {"compile": process_cores(k), "torch": 1, "tvm": "1"}
             hook.close()
             assert not any(p.child.is_alive() for p in hook._processes)
+            # each ended by itself when its pipe closed (not killed at _stop's time limit: exit code -9)
+            assert [p.child.exitcode for p in hook._processes] == [0] * k
 
 
 def test_constraint_processes_share_the_cores_with_the_model():

@@ -112,7 +112,7 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
         try:
             op, *args = conn.recv()
         except (EOFError, OSError):
-            return
+            _exit_child()
         if op == "ahead":
             if failed is None and proc is not None:
                 try:
@@ -168,6 +168,23 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
             conn.send(("error", traceback.format_exc()))
             continue
         conn.send(("ok", out))
+
+
+def _exit_child() -> None:
+    """The child's end once its pipe closed: its TVM workers stopped, then the process ends at once.  Returning
+    instead left it waiting in the interpreter's exit until ``_stop`` killed it 30 s later (session 30's H100 A/B: four
+    children, 2 minutes after the last engine call; found by ``test_the_constraint_processes_sample_what_the_thread_
+    samples``, which checks the exit code); nothing of its state outlives the call that used it."""
+    import os
+
+    from little_dragon.generation import schedule_worker
+
+    for w in list(schedule_worker._WORKERS.values()):
+        try:
+            w.close()
+        except Exception:  # noqa: BLE001 - a worker already gone
+            pass
+    os._exit(0)
 
 
 def _stop(child: Any, conn: Any) -> None:
