@@ -43,12 +43,14 @@ class GenerationConfig:
                                                   "annotation is tried without it (counted; 0: a refused attempt keeps "
                                                   "its refused line, a cut one is finished at its last line only; the "
                                                   "SFT validity passes, which measure the model, use 0).")
-    constrained_processes: int = field(0, help="Constrained decoding on the shared_prefix engine: the constraint's "
-                                               "per-step work (line grammars, TVM states, masks) in this many "
-                                               "processes of their own, an engine call's prompts dealt out among "
-                                               "them (generation/constraint_process.py; the same attempts as 0: "
-                                               "one thread beside the model's loop). Each process starts its own "
-                                               "TVM workers.")
+    constrained_processes: int = field(-1, help="Constrained decoding on the shared_prefix engine: the constraint's "
+                                                "per-step work (line grammars, TVM states, masks) in this many "
+                                                "processes of their own, an engine call's prompts dealt out among "
+                                                "them (generation/constraint_process.py; the same attempts as 0: "
+                                                "one thread beside the model's loop). Each process starts its own "
+                                                "TVM workers and keeps to its share of the cores. -1: by the "
+                                                "machine (constraint_process.auto_processes: 4 beside a model on "
+                                                "an accelerator of a host with 16 or more cores, else 0).")
     dtype: str = field("auto", help="Weights dtype for generation: auto (bfloat16 on a GPU, float32 on CPU), "
                                     "float32, bfloat16, float16.")
     device: str = field("auto", help="auto (cuda when available, else cpu), cpu, cuda, cuda:N.")

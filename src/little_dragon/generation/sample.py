@@ -67,9 +67,14 @@ class LocalGenerator:
             except ImportError as e:
                 raise RuntimeError("generation.constrained is true but little_dragon.generation.constrained "
                                    f"is not available: {e}") from None
+            from little_dragon.generation.constraint_process import auto_processes
+
+            processes = cfg.constrained_processes
+            if processes < 0:
+                processes = auto_processes(next(model.parameters()).device)
             logits_processor_factory = constrained.logits_processor_factory(
                 tokenizer, line_retries=cfg.constrained_line_retries, finish_back=cfg.constrained_finish_back,
-                processes=cfg.constrained_processes)
+                processes=processes)
         self.logits_processor_factory = logits_processor_factory
 
     def generate(self, prompts: list[str], k: int) -> list[list[str]]:
