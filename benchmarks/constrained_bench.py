@@ -584,14 +584,32 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
             log.info("%s: %s sampled tokens in %.1f s (%d decoding steps, prefill %.2f s: %.2f ms a step); %s", name,
                      r.get("generated"), r["gen_s"], steps, pre, 1e3 * (r["gen_s"] - pre) / max(steps, 1),
                      json.dumps({k: v for k, v in r.get("stats", {}).items() if k != "reasons"}))
+            # the arms measured so far, written now: a device call cut by its time limit keeps them (session 30 lost
+            # an arm's steps and scripts that way)
+            out["arms"] = _arm_results({n: rs for n, rs in runs.items() if rs}, tok)
+            _write(args, out)
+    out["arms"] = _arm_results(runs, tok)
+    _print_steps(out)
+    _print_costs(out)
+    _write(args, out)
+    if args.no_score:  # timing only (a device call's minutes): score later with --evaluate-from on any machine
+        return out
+    _score_arms(out, {name: runs[name][0] for name in args.arms}, rows, tok, args)
+    _print_ab(out)
+    return out
+
+
+def _arm_results(runs: dict[str, list[dict[str, Any]]], tok: Any) -> dict[str, dict[str, Any]]:
+    """Each measured arm's numbers (medians over its runs) and first-pass scripts, as ``--out`` keeps them."""
     import statistics
 
-    for name in args.arms:  # code too old to count sampled tokens: an arm that sampled the same scripts did
+    arms: dict[str, dict[str, Any]] = {}
+    for name in runs:  # code too old to count sampled tokens: an arm that sampled the same scripts did
         if runs[name][0].get("generated") is None:
-            twin = [o for o in args.arms if o != name and runs[o][0]["first"] == runs[name][0]["first"]
+            twin = [o for o in runs if o != name and runs[o][0]["first"] == runs[name][0]["first"]
                     and runs[o][0].get("generated") is not None]
             runs[name][0]["generated"] = runs[twin[0]][0]["generated"] if twin else 0
-    for name in args.arms:
+    for name in runs:
         arm = runs[name][0]
         times = [r["gen_s"] for r in runs[name]]
         gen_s = statistics.median(times)
@@ -615,27 +633,20 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
         if arm.get("steps"):
             res["ms_per_step"] = 1e3 * res["decode_s"] / arm["steps"]
             res["decode_tokens_per_s"] = arm["generated"] / res["decode_s"]
-        same = [other for other in args.arms if other != name and runs[other][0]["first"] == arm["first"]]
+        same = [other for other in runs if other != name and runs[other][0]["first"] == arm["first"]]
         if same:
             res["same_scripts_as"] = same
         # every run of both arms: the same first-pass and final (resampled) scripts
         res["same_scripts_every_run_as"] = [
-            other for other in args.arms if other != name
+            other for other in runs if other != name
             and all(r["first"] == arm["first"] and r["final"] == arm["final"] for r in runs[other] + runs[name])]
         if "stats" in arm:  # a constrained arm
             res["stats"] = arm["stats"]
             res["compile_work_s"] = arm.get("compile_work_s")
             res["resample_s"] = arm["resample_s"]
             res["first_pass_rejected"] = arm["first_pass_rejected"]
-        out["arms"][name] = res
-    _print_steps(out)
-    _print_costs(out)
-    _write(args, out)
-    if args.no_score:  # timing only (a device call's minutes): score later with --evaluate-from on any machine
-        return out
-    _score_arms(out, {name: runs[name][0] for name in args.arms}, rows, tok, args)
-    _print_ab(out)
-    return out
+        arms[name] = res
+    return arms
 
 
 def _score_arms(out: dict[str, Any], scripts: dict[str, dict[str, Any]], rows: list[dict[str, Any]], tok: Any,
