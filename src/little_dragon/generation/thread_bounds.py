@@ -13,9 +13,10 @@ against 37,598 kept); session 18's H200 A/B traced 46 of 50 such refusals to the
 
 The rule (``schedule_worker.prefix_facts``, on a GPU target): after the line that gives a block both bounds, the
 block's threads so far must lie within them, else the line is refused as the end check would refuse the script, and
-the attempt goes back to its tiling (``ScriptConstraint._new_line``).  A script could still bind another thread axis
-above the block, or move it, after its bounds: MetaSchedule's never does (every harvested record is accepted token by
-token: ``benchmarks/constrained_bench.py --harvest``)."""
+the attempt goes back to its tiling (``ScriptConstraint._new_line``).  So the rule is part of the constrained language,
+not VerifyGPUCode's whole verdict: a script that wrote the bounds before its binds, or bound another thread axis above
+the block (or moved it) after them, could still pass VerifyGPUCode, and is refused here.  MetaSchedule's scripts never
+do either (every harvested record is accepted token by token: ``benchmarks/constrained_bench.py --harvest``)."""
 from __future__ import annotations
 
 from typing import Any
