@@ -37,6 +37,7 @@ def split(ab: dict) -> list[dict]:
         if free is None:
             continue
         shape = (free["generated_tokens"] / free["steps"]) / (arm["generated_tokens"] / arm["steps"])
+        taken = (arm.get("stats") or {}).get("retried_tokens", 0)
         per_step = arm["ms_per_step"] / free["ms_per_step"]
         extra = {}
         # rows' ends read off the rows alive a step: chunks only (refilled rows enter mid-call)
@@ -48,7 +49,10 @@ def split(ab: dict) -> list[dict]:
         rows.append({**extra, "arm": name, "device": ab.get("device", "?"), "prompts": ab.get("prompts"), "k": ab.get("k"),
                      "free": (free["steps"], free["generated_tokens"]), "constrained": (arm["steps"],
                                                                                         arm["generated_tokens"]),
-                     "shape": shape, "per_step": per_step, "ratio": shape * per_step})
+                     "shape": shape, "per_step": per_step, "ratio": shape * per_step,
+                     # the tokens line and end retries took back were sampled too: the ratio counting them
+                     "taken_back": taken, "ratio_with_taken_back": (shape * per_step * arm["generated_tokens"]
+                                                                    / max(arm["generated_tokens"] + taken, 1))})
     return rows
 
 
@@ -94,12 +98,13 @@ def main(args: argparse.Namespace) -> None:
         for r in split(json.loads(Path(f).read_text())["ab"]):
             rows.append({**r, "file": f})
     print("| file | arm | device | prompts x k | free: steps, tokens, a step | constrained: steps, tokens, a step | "
-          "shape | per step | tokens/s ratio |")
-    print("|---|---|---|---|---|---|---:|---:|---:|")
+          "shape | per step | tokens/s ratio | taken back | ratio counting them |")
+    print("|---|---|---|---|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
         (fs, ft), (cs, ct) = r["free"], r["constrained"]
         print(f"| {r['file']} | {r['arm']} | {r['device']} | {r['prompts']} x {r['k']} | {fs}, {ft}, {ft / fs:.1f} | "
-              f"{cs}, {ct}, {ct / cs:.1f} | {r['shape']:.2f}x | {r['per_step']:.2f}x | {r['ratio']:.2f}x |")
+              f"{cs}, {ct}, {ct / cs:.1f} | {r['shape']:.2f}x | {r['per_step']:.2f}x | {r['ratio']:.2f}x | "
+              f"{r['taken_back']} | {r['ratio_with_taken_back']:.2f}x |")
     for r in (r for r in rows if "refill" in r):
         print(f"\n{r['file']} {r['arm']}: rows ended at steps (per engine call) free {r['free_rows_ended']}, constrained "
               f"{r['rows_ended']}; with rows refilled: free {r['free_refill']} steps, constrained {r['refill']}: shape "
