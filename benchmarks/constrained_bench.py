@@ -586,9 +586,8 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
                      json.dumps({k: v for k, v in r.get("stats", {}).items() if k != "reasons"}))
             # the arms measured so far, written now: a device call cut by its time limit keeps them (session 30 lost
             # an arm's steps and scripts that way)
-            out["arms"] = _arm_results({n: rs for n, rs in runs.items() if rs}, tok)
+            out["arms"] = _arm_results({n: rs for n, rs in runs.items() if rs}, tok)  # every arm, after the last
             _write(args, out)
-    out["arms"] = _arm_results(runs, tok)
     _print_steps(out)
     _print_costs(out)
     _write(args, out)

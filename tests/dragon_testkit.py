@@ -219,6 +219,15 @@ def feed_constraint(engine, workload, tok, text: str):
     return None, c
 
 
+def mask_of(c, engine) -> list[int]:
+    """The bitmask words the constraint ``c`` gives its next token (``fill_mask``)."""
+    from little_dragon.generation.constrained import allocate_bitmask
+
+    bits = allocate_bitmask(1, engine.vocab_size)
+    c.fill_mask(bits, 0)
+    return bits[0].tolist()
+
+
 def allowed_by_mask(engine, workload, tok, text: str) -> bool:
     """Every token of ``text`` allowed by the constraint's mask (``feed_constraint``)."""
     return feed_constraint(engine, workload, tok, text)[0] is None

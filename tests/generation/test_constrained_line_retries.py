@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from dragon_testkit import feed_constraint, matmul_tensors, prim_module
+from dragon_testkit import feed_constraint, mask_of, matmul_tensors, prim_module
 
 HEAD = "blk C\nloops b0 3\n"
 # lines the mask allows and TVM refuses at their end: a split into one factor that is not the loop's extent, a loop
@@ -42,12 +42,6 @@ def _feed(c, engine, tok, text):
     return len(ids)
 
 
-def _mask(c, engine):
-    from little_dragon.generation.constrained import allocate_bitmask
-
-    bits = allocate_bitmask(1, engine.vocab_size)
-    c.fill_mask(bits, 0)
-    return bits[0].tolist()
 
 
 def test_a_refused_line_goes_back_to_its_start(engine, smollm2, matmul):
@@ -66,7 +60,7 @@ def test_a_refused_line_goes_back_to_its_start(engine, smollm2, matmul):
         n = _feed(c, engine, smollm2, line + "\n")
         assert not c.dead and c.taken_back() == n and c.taken_back() == 0, c.error   # the line's tokens, once
         assert (c.text, c.line, c.n_insts, c.retried) == (HEAD, b"", fresh.n_insts, i + 1)
-        assert c.at_line_start() and _mask(c, engine) == _mask(fresh, engine)          # the line starts afresh
+        assert c.at_line_start() and mask_of(c, engine) == mask_of(fresh, engine)          # the line starts afresh
     st = c.stats
     assert (st.line_retries, st.rejected_apply) == (2, 0)
     assert st.retried_tokens == sum(len(smollm2(x + "\n", add_special_tokens=False)["input_ids"]) for x in REFUSED[:2])

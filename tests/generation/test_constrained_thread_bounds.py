@@ -14,7 +14,7 @@ import re
 import pytest
 
 from dragon_testkit import CODEC_DATA as DATA
-from dragon_testkit import end_check, feed_constraint, model_script_lines, real_records, tvm_accepts
+from dragon_testkit import end_check, feed_constraint, mask_of, model_script_lines, real_records, tvm_accepts
 
 # record 0 of real_cuda_valid_db (measured by MetaSchedule): a tensor-core matmul (warp_execution: threadIdx.x counts
 # 32), threadIdx.y bound to the fused third factors of l15 (8 = 1 1 4 2 1) and l16 (48 = 2 2 1 3 4): 32 x 4 threads.
@@ -119,12 +119,4 @@ def test_the_attempt_goes_back_to_its_tiling(engine, smollm2, record):
     assert c.take_back == len(ids) - c.n_tokens >= len(smollm2(tiling, add_special_tokens=False)["input_ids"]) - 1
     assert [r for r in c.stats.retry_reasons if r.startswith("threads: thread bounds:")], c.stats.retry_reasons
     fresh = feed_constraint(engine, wl, smollm2, kept)[1]
-    assert c.at_line_start() and c.state.loops == fresh.state.loops and _mask(c, engine) == _mask(fresh, engine)
-
-
-def _mask(c, engine):
-    from little_dragon.generation.constrained import allocate_bitmask
-
-    bits = allocate_bitmask(1, engine.vocab_size)
-    c.fill_mask(bits, 0)
-    return bits[0].tolist()
+    assert c.at_line_start() and c.state.loops == fresh.state.loops and mask_of(c, engine) == mask_of(fresh, engine)

@@ -758,8 +758,7 @@ class ScriptConstraint:
         if self.retried >= self.line_retries or not self._starts:
             return False
         self.refused.add(self.text[len(self._starts[-1].text):].strip().encode())
-        msg = str(e).strip().splitlines()
-        self._go_back(len(self._starts) - 1, f"{what}: {msg[-1] if msg else ''}")
+        self._go_back(len(self._starts) - 1, f"{what}: {_last_message(e)}")
         return True
 
     def _retry_end(self, why: str, label: str = "post") -> bool:
@@ -841,8 +840,7 @@ class ScriptConstraint:
 
     def _kill(self, what: str, e: BaseException | str) -> None:
         self.dead = True
-        msg = str(e).strip().splitlines()
-        self.error = f"{what}: {msg[-1] if msg else ''}"[:300]
+        self.error = f"{what}: {_last_message(e)}"[:300]
         if what == "decode":
             self.stats.rejected_decode += 1
         elif what == "post":

@@ -132,8 +132,9 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
         if twice:  # TVM names a new block without looking: `blk` lookups and RewriteReductionBlock then fail on it
             raise RuntimeError(f"the line would name a second block {twice} (TVM does not make block names unique; "
                                "a lookup of the name and the post-processing's RewriteReductionBlock fail on it)")
-    if gives_thread_bounds(_final_line(text)) and isinstance(key, tuple) and len(key) > 1 and isinstance(key[1], str):
-        warp = gpu_warp_size(key[1])
+    target = key[1] if isinstance(key, tuple) and len(key) > 1 and isinstance(key[1], str) else None
+    if target is not None and gives_thread_bounds(_final_line(text)):
+        warp = gpu_warp_size(target)
         off = threads_outside_bounds(live.sch.mod, warp) if warp else None
         if off:  # VerifyGPUCode refuses it at `post *`: the constraint goes back to the tiling now (``_new_line``)
             raise RuntimeError(thread_bounds_message(off))
@@ -141,7 +142,7 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
         _LIVE.put((key, text), live)
     state = live_state(live)
     state.unchanged = _unchanged(live, mod, key)
-    state.cpu = isinstance(key, tuple) and len(key) > 1 and isinstance(key[1], str) and cpu_target(key[1])
+    state.cpu = target is not None and cpu_target(target)
     state.lookups_capped = trailing_lookups(text) >= LOOKUP_RUN_FACTOR * max(1, len(state.block_names))
     state.lookup_run = lookup_run(text)
     return state
@@ -206,7 +207,7 @@ def _final_line(text: str) -> str:
 
 def _last_keyword(text: str) -> str:
     """The first word of the last line of ``text`` (complete lines)."""
-    return text[:-1].rpartition("\n")[2].split(" ", 1)[0] if text.endswith("\n") else ""
+    return _final_line(text).split(" ", 1)[0]
 
 
 def trailing_lookups(text: str) -> int:
@@ -233,37 +234,36 @@ def lookup_run(text: str) -> frozenset[str]:
 
 
 @functools.lru_cache(maxsize=64)
-def cpu_target(target: str) -> bool:
-    """Whether ``target`` (a workload key's target: compact JSON, or a target string) runs kernels on the host CPU."""
+def _tvm_target(target: str) -> Any:
+    """``target`` (a workload key's target: compact JSON, or a target string) as a TVM Target; None where TVM does not
+    parse it (then no target rules: the GPU's, the wider ones)."""
     import tvm
-    from tvm_ffi import DLDeviceType
 
     try:
         spec = json.loads(target)
     except ValueError:
         spec = target
     try:
-        return tvm.target.Target(spec).get_target_device_type() == DLDeviceType.kDLCPU
-    except Exception:  # noqa: BLE001 - a target TVM does not parse: no target rules (the GPU's, the wider ones)
-        return False
+        return tvm.target.Target(spec)
+    except Exception:  # noqa: BLE001 - TVM's parse errors vary
+        return None
 
 
-@functools.lru_cache(maxsize=64)
+def cpu_target(target: str) -> bool:
+    """Whether ``target`` (a workload key's target) runs kernels on the host CPU."""
+    from tvm_ffi import DLDeviceType
+
+    t = _tvm_target(target)
+    return t is not None and t.get_target_device_type() == DLDeviceType.kDLCPU
+
+
 def gpu_warp_size(target: str) -> int | None:
     """The warp size of a GPU ``target`` (a workload key's target; TVM's ``thread_warp_size``), None on a CPU target or
     one TVM does not parse."""
-    import tvm
-
-    if cpu_target(target):
+    t = _tvm_target(target)
+    if t is None or cpu_target(target):
         return None
-    try:
-        spec = json.loads(target)
-    except ValueError:
-        spec = target
-    try:
-        return int(tvm.target.Target(spec).attrs.get("thread_warp_size", 32))
-    except Exception:  # noqa: BLE001 - as cpu_target: no target rules
-        return None
+    return int(t.attrs.get("thread_warp_size", 32))
 
 
 _WORKLOAD_HASH = LRU(64)  # workload key -> the structural hash of its module
