@@ -128,9 +128,17 @@ def parse(text: str) -> Any:
     if text and not text.endswith("\n"):
         text += "\n"
     try:
-        return parser().parse(text)
+        return _parsed(text)
     except UnexpectedInput as e:
         raise _lark_error(e, text) from None
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed(text: str) -> Any:
+    """``text``'s tree, kept for the next parse of the same text (the constraint's end check decodes one script up to
+    four times: the check, its `post *` derivation, its lines, its kinds).  Nothing mutates a tree (the decoder reads
+    it); a text that does not parse raises, and is not kept."""
+    return parser().parse(text)
 
 
 def _describe(tokens: Any) -> str:
