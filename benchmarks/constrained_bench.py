@@ -468,7 +468,8 @@ def _knob(mode: str) -> tuple[str, Any]:
     +retriesN (read
     in ``_arm_run``): line retries, N an attempt (``generation.constrained_line_retries``; arms without it: none).
     +backN (read there too): an attempt that stops short of a finished kernel ends at most N lines earlier
-    (``generation.constrained_finish_back``; arms without it: 0)."""
+    (``generation.constrained_finish_back``; arms without it: 0).  +waitN: an end check with retries left is read N
+    decoding steps after `post *` (END_WAIT_STEPS; +wait0: at once, as before session 31; arms without it: by device)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),
@@ -477,9 +478,11 @@ def _knob(mode: str) -> tuple[str, Any]:
         return fixed[mode]
     if re.fullmatch(r"process\d*", mode):
         return "PROCESSES", int(mode[len("process"):] or 1)
+    if re.fullmatch(r"wait\d+", mode):
+        return "END_WAIT_STEPS", int(mode[len("wait"):])
     raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, norefill, "
                      "processN, "
-                     "retriesN, backN, shared_prefix)")
+                     "waitN, retriesN, backN, shared_prefix)")
 
 
 def _score(rows: list[dict[str, Any]], attempts: list[list[str]], tok: Any, evaluate: bool) -> dict[str, Any]:

@@ -200,3 +200,99 @@ def test_a_compute_at_index_is_an_integer(engine, smollm2):
     assert refused is not None and "[" in refused, refused      # refused at the list
     refused, c = feed_constraint(engine, wl, smollm2, head + "at b0 l0 i=-1\n")
     assert refused is None and not c.dead, (refused, c.error)   # allowed, and TVM applies it
+
+
+# lines the line grammar allows and the codec's decoder refuses: an index map naming what it does not define (the two
+# the tiny model wrote in session 31's CPU A/B, where each ended its attempt), a span reference before any span
+UNDECODABLE = ("layout b0 r0 {i0,i1->i0,v_k}", "layout b0 r0 {i0@0,i1->i0,i1}")
+
+
+def test_a_line_the_decoder_refuses_is_drawn_again(engine, smollm2, matmul):
+    from little_dragon.generation.constrained import ScriptConstraint
+
+    for line in UNDECODABLE:  # the mask allows every token of it; its end is the decoder's to refuse
+        refused, c = feed_constraint(engine, matmul, smollm2, HEAD + line + "\n")
+        assert refused is None and c.dead and c.error.startswith("decode:"), (line, refused, c.error)
+        assert "index map" in c.error or "span reference" in c.error, c.error
+        assert c.script("") == HEAD   # its checked lines (lookups only: no kernel to finish), never the refused line
+    refused, fresh = feed_constraint(engine, matmul, smollm2, HEAD)
+    c = ScriptConstraint(engine, matmul)
+    c.line_retries = 2
+    _feed(c, engine, smollm2, HEAD)
+    for i, line in enumerate(UNDECODABLE):
+        n = _feed(c, engine, smollm2, line + "\n")
+        assert not c.dead and c.taken_back() == n, c.error            # its tokens taken back, the attempt goes on
+        assert (c.text, c.line, c.retried) == (HEAD, b"", i + 1)
+        assert c.at_line_start() and mask_of(c, engine) == mask_of(fresh, engine)
+    st = c.stats
+    assert (st.line_retries, st.rejected_decode) == (2, 0)
+    assert all(r.startswith("decode: ") for r in st.retry_reasons), st.retry_reasons
+    # retries spent: the attempt ends at the refused line as before, counted as a decode rejection
+    _feed(c, engine, smollm2, UNDECODABLE[0] + "\n")
+    assert c.dead and c.error.startswith("decode:") and st.rejected_decode == 1
+
+
+def test_an_end_check_read_steps_later_acts_as_one_read_at_once(engine, smollm2):
+    """[end wait] With retries left and ``end_wait`` 2, `post *`'s end check runs beside decoding: the attempt holds two
+    steps (any token but the end, counted) and then acts on the verdict exactly as the check at once does (the test
+    above): refused, it is back at its tiling's first `tile` line, every token since taken back, the held ones
+    included, with the mask a check at once leaves; accepted, the held tokens are taken back and it may end there.  Cut
+    while holding, ``settle`` reads the verdict (no retry)."""
+    import re
+
+    from dragon_testkit import CODEC_DATA, model_script_lines, real_records
+
+    from little_dragon.generation.constrained import ScriptConstraint, Workload
+
+    name, mod, target, tj = next(real_records(CODEC_DATA / "real_cuda_valid_db"))
+    lines = model_script_lines(tj)
+    a, b = _last_tile_run(lines)
+    ones = [re.sub(r"^(tile l\d+(?: m=\d+)? = \d+)(.*)$", lambda m: m.group(1) + " 1" * len(m.group(2).split()), ln)
+            for ln in lines[a:b]]
+    bad = lines[:a] + ones + lines[b:]
+    wl = Workload(mod, target)
+    head = "".join(x + "\n" for x in lines[:a])
+    eos = smollm2.eos_token_id
+    held = smollm2("blk x", add_special_tokens=False)["input_ids"][:2]
+    assert len(held) == 2 and eos not in held
+
+    def constraint(wait: int) -> ScriptConstraint:
+        c = ScriptConstraint(engine, wl)
+        c.line_retries, c.defer_end, c.end_wait = 2, True, wait
+        return c
+
+    at_once = constraint(0)
+    _feed(at_once, engine, smollm2, "".join(x + "\n" for x in bad))
+    c = constraint(2)
+    n_head = _feed(c, engine, smollm2, head)
+    n_all = n_head + _feed(c, engine, smollm2, "".join(x + "\n" for x in bad[a:]))
+    assert c.finished and not c.dead and c.taken_back() == 0 and c.at_line_start()   # its next logits are kept
+    for i, t in enumerate(held):
+        assert not c.allows(eos) and c.allows(t)
+        assert mask_of(c, engine) == engine.hold_mask(len(mask_of(c, engine))).tolist()
+        c.advance(t)
+        assert (c.taken_back() == 0) == (i == 0), i
+    # the verdict, after the second held step: back to the tiling as at once, the held tokens taken back too
+    assert c.stats.held_tokens == 2 and at_once.stats.line_retries == c.stats.line_retries == 1
+    assert (c.text, c.n_tokens, c.finished, c.retried) == (head, n_head, False, 1) and c.at_line_start()
+    assert mask_of(c, engine) == mask_of(at_once, engine)
+    # `c.taken_back()` was read in the loop: every token since the tiling's start plus the two held
+    assert at_once.taken_back() == n_all - n_head
+    n_again = _feed(c, engine, smollm2, "".join(x + "\n" for x in lines[a:]))
+    assert c.finished and c.at_line_start() and c.n_tokens == n_head + n_again
+    for t in held:
+        c.advance(t)
+    assert c.taken_back() == 2 and c.n_tokens == n_head + n_again and not c.dead   # accepted: only the held ones
+    assert c.allows(eos) and not c.at_line_start()
+    c.advance(eos)
+    assert c.done and not c.dead and c.text == "".join(x + "\n" for x in lines), c.error
+    assert c.stats.end_checked == 2 and c.stats.held_tokens == 4
+    # cut at the token budget while holding: the verdict is read when the call settles, and refuses as at once
+    cut = constraint(5)
+    _feed(cut, engine, smollm2, "".join(x + "\n" for x in bad))
+    cut.advance(held[0])
+    assert not cut.dead
+    cut.settle()
+    plain = ScriptConstraint(engine, wl)   # no retries: the verdict at once, the attempt dead at `post *`
+    _feed(plain, engine, smollm2, "".join(x + "\n" for x in bad))
+    assert plain.dead and cut.dead and cut.error == plain.error and cut.script("") == plain.script(""), cut.error

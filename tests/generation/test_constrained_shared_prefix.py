@@ -573,3 +573,43 @@ def test_the_constraint_process_names_its_failures_and_is_replaced_when_it_dies(
     assert proc.started == 2 and again.line_marks(torch.tensor([0])) == ([0], [True])
     proc.close()
     assert not proc.child.is_alive()
+
+
+def test_attempts_that_hold_for_their_end_check_keep_the_masked_distribution(setup):
+    """[end wait] On the engine, with line retries and ``end_wait`` 2: an attempt at `post *` holds two steps for its
+    end check (tokens the engine takes back with the rest), then ends, or goes back to its tiling.  What every attempt
+    keeps is what a fresh constraint of its prompt allows token by token and ends in the same state, and each kept
+    token (its end included) was drawn from the masked distribution of the model on the kept tokens alone: the held
+    steps leave no trace."""
+    import torch
+
+    from little_dragon.generation import constrained
+    from little_dragon.generation.shared_prefix import sample_token_ids
+
+    model, tok, prompts = setup
+    model = _fond_of(model, tok, "blk C\nloops b0 3\nsplit l1 8\npost *\n", 6.0)
+    k, temperature = 4, 1.0
+    hook = constrained.ConstrainedDecoding(tok, line_retries=3)
+    inner = hook.attempt_processor(prompts, k, defer_end=True, end_wait=2)
+    proc = RecordingBack(inner)
+    try:
+        out = sample_token_ids(model, tok, prompts, k, 96, temperature, prompts_per_chunk=4, logits_processor=proc,
+                               generator=torch.Generator().manual_seed(3))
+    finally:
+        inner.close()
+    st = hook.stats
+    ended = [c for c in inner.constraints if c.done and c.finished and not c.dead]
+    assert st.held_tokens >= 2 * len(ended) > 0 and proc.dropped == st.retried_tokens + st.held_tokens, st.as_dict()
+    for p, attempts in enumerate(out.token_ids):
+        for j, new in enumerate(attempts):
+            c = inner.constraints[p * k + j]
+            done = int(c.done)
+            assert _allowed_by_a_fresh_constraint(tok, prompts[p], new, done) is None, (p, j)
+            alone, fresh = _alone(model, tok, prompts[p], new, done, temperature)
+            assert (c.text, c.dead, c.done) == (fresh.text, fresh.dead, fresh.done), (p, j, c.error, fresh.error)
+            got = [torch.log_softmax(s / temperature, -1) for s in proc.out[p * k + j]]
+            assert len(got) == len(new) + done, (p, j)
+            for s, (g, want) in enumerate(zip(got, alone)):
+                assert torch.equal(torch.isinf(g), torch.isinf(want)), (p, j, s)
+                fin = torch.isfinite(want)
+                assert torch.allclose(g[fin], want[fin], atol=2e-4), (p, j, s)

@@ -128,7 +128,7 @@ def workload_of_prompt(prompt: str) -> Workload | None:
 class ConstraintStats:
     attempts: int = 0
     lines: int = 0                 # lines completed and checked
-    rejected_decode: int = 0       # a line the grammar allowed but the codec did not decode (should be 0)
+    rejected_decode: int = 0       # a line the grammar allowed and the codec did not decode, its retries spent
     rejected_apply: int = 0        # a line that decoded but did not apply (checked at line end)
     rejected_end: int = 0          # a script refused at `post *` (post-processing, no-op, nested binding, lowering)
     end_checked: int = 0           # scripts checked at `post *`
@@ -154,6 +154,8 @@ class ConstraintStats:
     finished_untiled: int = 0      # of them, ended without their tiling annotations (a tiled block left unbound)
     runaway_lines: int = 0         # lines cut at ``LINE_MAX_BYTES`` without their end (drawn again, or the attempt ends)
     rpc_s: float = 0.0             # the decoding loop waiting for the constraint processes' answers (``PROCESSES``)
+    held_tokens: int = 0           # tokens attempts held while their end check ran (``END_WAIT_STEPS``; taken back)
+    end_wait_s: float = 0.0        # time waiting for end checks' verdicts after those steps (not in yet)
     reasons: dict[str, int] = dataclasses.field(default_factory=dict)
     retry_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
 
@@ -208,6 +210,7 @@ class TokenEngine:
         self._lock = threading.Lock()
         self._bytes: dict[int, bytes] = {}
         self._ws_masks: dict[int, Any] = {}
+        self._hold_masks: dict[int, Any] = {}
         self._ws_ok: list[bytes] | None = None
         self._newline: list[tuple[int, bytes]] | None = None
         self.compile_work_s = 0.0  # seconds spent compiling line grammars, all threads (not only waiting)
@@ -316,6 +319,20 @@ class TokenEngine:
             hit = self._ws_masks[words] = torch.where(packed >= 1 << 31, packed - (1 << 32), packed).to(torch.int32)
         return hit
 
+    def hold_mask(self, words: int) -> Any:
+        """``[words]`` int32 bitmask of every token but the end (a step held for an end check's verdict:
+        ``ScriptConstraint._hold``); cached per width."""
+        hit = self._hold_masks.get(words)
+        if hit is None:
+            import torch
+
+            ok = torch.arange(words * 32) < self.vocab_size
+            ok[self.eos_id] = False
+            weights = torch.ones(32, dtype=torch.int64) << torch.arange(32, dtype=torch.int64)
+            packed = (ok.view(words, 32).to(torch.int64) * weights).sum(-1)
+            hit = self._hold_masks[words] = torch.where(packed >= 1 << 31, packed - (1 << 32), packed).to(torch.int32)
+        return hit
+
 
 # threads for line-grammar compiles (``_pool``): None = the host's cores, at most 8.  A constraint process sets its
 # share of the cores (``constraint_process``): N children with 8 threads each, and torch's and TVM's own pools,
@@ -359,6 +376,21 @@ SAMPLE_FIRST: bool | None = None
 # thread.  Session 28 on the H200, one process: the model's loop stays at the free step's cost, but waits on the one
 # process's ~67 ms of work a step, so the step is no faster (results/constrained-decoding.md); N > 1 is unmeasured there.
 PROCESSES: int = 0
+# [end wait] a script's end check at `post *` while the attempt has retries left: the check runs in the end worker and
+# the attempt holds this many decoding steps (it feeds the model whatever it draws but the end, and takes those tokens
+# back), then reads the verdict, waiting for it only if it is not in yet (``ScriptConstraint._end_verdict``).  Until
+# session 30 every such check ran at once, in the step of `post *`: on the 2-core CPU ~35-80 ms a check that the whole
+# batch waited for.  A count of steps, not "when it is in", so a seed draws the same attempts on every run.  None = by
+# the model's device (``_end_wait``): 4 on a CPU, 1 on an accelerator (a step there takes about as long as a check);
+# 0 = at once (before session 31).
+END_WAIT_STEPS: int | None = None
+
+
+def _end_wait(device: Any) -> int:
+    """The steps an attempt holds at `post *` for its end check's verdict, for a model on ``device`` (``END_WAIT_STEPS``)."""
+    if END_WAIT_STEPS is not None:
+        return END_WAIT_STEPS
+    return 4 if getattr(device, "type", "cpu") == "cpu" else 1
 
 
 def _sample_first(device: Any) -> bool:
@@ -668,6 +700,11 @@ class ScriptConstraint:
         self._line_order: dict[str, Any] = {}  # the line grammar's order rules (``_order``), for its kinds
         self.defer_end = False    # the end check runs beside decoding; ``settle`` applies its verdict
         self._end: Any = None     # the Future of a deferred end check
+        # [end wait] with retries left, a deferred end check's verdict is read ``end_wait`` steps after `post *` (0: at
+        # once, in the line's step); meanwhile ``_hold`` is [its Future, the tokens consumed at `post *`'s end, the
+        # tokens held since, the text before `post *`]
+        self.end_wait = 0
+        self._hold: list | None = None
         # line retries: a line TVM refuses (or a script the end check refuses) is taken back and drawn again, at most
         # ``line_retries`` times an attempt (set by an engine that can take tokens back: ``shared_prefix``'s
         # ``line_marks``); ``take_back`` is how many tokens the engine must drop now; ``_starts[k]`` what line k
@@ -822,7 +859,10 @@ class ScriptConstraint:
         return n
 
     def at_line_start(self) -> bool:
-        """Whether the next token is a line's first (the engine keeps the logits it is drawn from: ``line_marks``)."""
+        """Whether the next token is a line's first (the engine keeps the logits it is drawn from: ``line_marks``); also
+        the token after `post *` while its end check runs (``_hold``): the attempt draws it again there at the verdict."""
+        if self._hold is not None:
+            return self.n_tokens == self._hold[1]
         return not (self.dead or self.done or self.finished or self.line or self._line_tokens)
 
     def _state(self) -> ScheduleState:
@@ -923,6 +963,9 @@ class ScriptConstraint:
                 self.stats.end_checked += 1
                 if self.defer_end and ISOLATE_TVM and not retry:  # its verdict waits for ``settle``; only the end follows
                     self._end = _end_checks().submit(self._finish_check, candidate, "end")
+                elif self.defer_end and ISOLATE_TVM and self.end_wait > 0:  # its verdict after ``end_wait`` steps
+                    self._hold = [_end_checks().submit(self._finish_check, candidate, "end"), self.n_tokens, 0,
+                                  self.text]
                 else:
                     why = self._finish_check(candidate)
                     if why and retry and self._retry_end(why):
@@ -936,8 +979,11 @@ class ScriptConstraint:
             return
         try:
             insts = _decode(candidate)[0]
-        except Exception as e:  # noqa: BLE001 - the grammars disagree; count it, end the attempt
-            self._kill("decode", e)
+        except Exception as e:  # noqa: BLE001 - a rule the line grammar leaves to the decoder: drawn again, counted
+            # the line grammar is context-free: an index map's scopes (its body names its own indices, `@k` an earlier
+            # span, `$k` an earlier shared sub-expression) are the decoder's to check, at the line's end
+            if not self._retry(e, "decode"):
+                self._kill("decode", e)
             return
         if self.workload is not None and (self.post_section or line.strip() == "post") and not self._post_line(
                 line, candidate, insts):
@@ -963,6 +1009,13 @@ class ScriptConstraint:
             return
         if self.dead:
             return
+        if self._hold is not None:  # a step held while the end check runs: taken back at its verdict
+            self.n_tokens += 1
+            self._hold[2] += 1
+            self.stats.held_tokens += 1
+            if self._hold[2] >= self.end_wait:
+                self._end_verdict()
+            return
         b = self.engine.token_bytes(token)
         if self.pending is not None and self._kind_matchers is not None:  # checked by kind (``allows``)
             names = self._kind_candidates(self.line + b)
@@ -986,6 +1039,26 @@ class ScriptConstraint:
         elif len(self.line) > LINE_MAX_BYTES:
             self._runaway()
 
+    def _end_verdict(self) -> None:
+        """[end wait] The verdict of the end check `post *` started, ``end_wait`` steps ago: the held tokens are taken
+        back either way.  Accepted, the attempt's next token is drawn from the logits after `post *` (the engine kept
+        them: ``at_line_start``), as if it had had the verdict at once; refused, it goes back to its tiling
+        (``_retry_end``) as at once, or, that not possible, is dead with its `post *` (the same script and counts)."""
+        future, at, held, before = self._hold
+        self._hold = None
+        t0 = time.perf_counter()
+        why = future.result()
+        self.stats.end_wait_s += time.perf_counter() - t0
+        self.take_back += held
+        self.n_tokens = at
+        if not why:
+            return
+        candidate, self.text, self.finished = self.text, before, False
+        if self._retry_end(why):
+            return
+        self.text, self.finished = candidate, True
+        self._kill("post", why)
+
     def _runaway(self) -> None:
         """[runaway] The current line grew past ``LINE_MAX_BYTES`` without ending: refused as TVM refusing it would
         be (drawn again from its start while the attempt has line retries, else the attempt ends at its checked
@@ -1008,7 +1081,14 @@ class ScriptConstraint:
 
     def settle(self) -> None:
         """Apply the verdict of a deferred end check (``defer_end``): a script it refuses is dead, as if checked at
-        its `post *` (it keeps its `post *`; only blank lines or the end came after it)."""
+        its `post *` (it keeps its `post *`; only blank lines or the end came after it).  An attempt cut at the token
+        budget while it held steps for its verdict (``_hold``) gets it here, without a retry (no step follows)."""
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            self.n_tokens = hold[1]
+            why = hold[0].result()
+            if why and not self.dead:
+                self._kill("post", why)
         end, self._end = self._end, None
         if end is not None:
             why = end.result()
@@ -1118,6 +1198,9 @@ class ScriptConstraint:
 
     def fill_mask(self, bitmask: Any, row: int) -> None:
         """Write the allowed-token bitmask of this attempt into ``bitmask[row]`` (llguidance layout)."""
+        if self._hold is not None:  # a held step: any token but the end (it is taken back)
+            bitmask[row] = self.engine.hold_mask(bitmask.shape[1])
+            return
         if self.eos_only():
             bitmask[row].zero_()
             e = self.engine.eos_id
@@ -1172,6 +1255,8 @@ class ScriptConstraint:
             return False
         if self.dead:
             return token == eos
+        if self._hold is not None:  # a held step (``fill_mask``)
+            return token != eos and token < self.engine.vocab_size
         if token != eos and not self.engine.whitespace_ok(token, self.whitespace_state()):
             return False
         if token != eos and self.refused and self.completes_refused(self.engine.token_bytes(token)):
@@ -1244,7 +1329,7 @@ def fill_masks(constraints: list[ScriptConstraint], bitmask: Any) -> None:
     executor (one call, GIL released), the others EOS only."""
     live, by_kind = [], []
     for i, c in enumerate(constraints):
-        if c.eos_only():
+        if c._hold is not None or c.eos_only():
             c.fill_mask(bitmask, i)
         elif c.by_kind():
             by_kind.append(i)
@@ -1667,10 +1752,11 @@ class ConstrainedDecoding:
         return self.processor
 
     def attempt_processor(self, prompts: list[str], n: int, defer_end: bool = False,
-                          retries: bool = True) -> Any:
+                          retries: bool = True, end_wait: int = 0) -> Any:
         """The shared-prefix engine's processor of one call over ``prompts``, ``n`` attempts each (attempt
         ``p * n + j`` is ``constraints[p * n + j]``; ``last_constraints`` are these).  ``defer_end``: the end checks
-        run beside decoding (the caller ``settle``s every constraint after the call).  ``retries``: a refused line
+        run beside decoding (the caller ``settle``s every constraint after the call), those with retries left read
+        after ``end_wait`` steps (``END_WAIT_STEPS``; 0: at once).  ``retries``: a refused line
         is drawn again (``line_retries`` times an attempt; not when greedy, which would draw it again).  Under ``PROCESSES``
         the constraints live in the constraint processes (``constraint_process.ProcessAttempts``; ``last_constraints``
         stays empty) and this call's counts join ``stats`` at its ``results``."""
@@ -1678,11 +1764,12 @@ class ConstrainedDecoding:
             from little_dragon.generation.constraint_process import ProcessAttempts
 
             self.last_constraints = []
-            return ProcessAttempts(self._processes, prompts, n, defer_end, retries, self.stats)
+            return ProcessAttempts(self._processes, prompts, n, defer_end, retries, self.stats, end_wait)
         t0 = time.perf_counter()
         self.last_constraints = self.constraints_for(prompts, n)
         for c in self.last_constraints:
             c.defer_end = defer_end
+            c.end_wait = end_wait if defer_end else 0
             c.line_retries = self.line_retries if self.semantic and retries else 0
         self.stats.setup_s += time.perf_counter() - t0
         self.processor = None  # the model's forward pre-hook is the HF path's; the engine calls ``ahead`` itself
@@ -1806,7 +1893,8 @@ def _generate_constrained_shared(model: Any, tokenizer: Any, prompts: list[str],
         n = kk if temperature > 0 else 1
         # the end checks beside decoding: an attempt at `post *` may only end, so its verdict is needed only after
         # the call (the worker checks it while the model computes the next steps)
-        proc = hook.attempt_processor(ps, n, defer_end=True, retries=temperature > 0)
+        proc = hook.attempt_processor(ps, n, defer_end=True, retries=temperature > 0,
+                                      end_wait=_end_wait(next(model.parameters()).device))
         try:
             out = sample_token_ids(model, tokenizer, ps, kk, max_new_tokens, temperature, prompts_per_chunk=chunk,
                                    logits_processor=proc)

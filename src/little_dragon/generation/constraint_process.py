@@ -11,7 +11,7 @@ Protocol: one duplex ``multiprocessing`` pipe per child (spawn context), request
 each child holds its share of the call's prompts, and the ids below are its own:
 
 - child -> parent once, at start: ``("ready", vocab_size)`` or ``("error", traceback)``.
-- ``("start", prompts, n, defer_end, retries, knobs)`` -> ``(takes_back, bitmask)``: one engine call's constraints
+- ``("start", prompts, n, defer_end, retries, end_wait, knobs)`` -> ``(takes_back, bitmask)``: one engine call's constraints
   (``ConstrainedDecoding.attempt_processor`` in the child; its counts start from zero).  ``bitmask`` is the call's
   ``[attempts, ceil(V/32)]`` int32 tensor in shared memory (torch's sharing): the child writes masks into it, the parent
   reads the rows a ``masks`` answer names.  ``knobs``: the parent's ``constrained`` settings, applied first.
@@ -147,12 +147,12 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
             continue
         try:
             if op == "start":
-                prompts, n, defer_end, retries, knobs = args
+                prompts, n, defer_end, retries, end_wait, knobs = args
                 for k, v in knobs.items():
                     setattr(constrained, k, v)
                 constrained.PROCESSES = 0
                 hook.stats = constrained.ConstraintStats()
-                proc = hook.attempt_processor(prompts, n, defer_end, retries)
+                proc = hook.attempt_processor(prompts, n, defer_end, retries, end_wait)
                 proc._t0 = None  # the parent times the cold start
                 proc._bitmask.share_memory_()
                 out: Any = (proc.takes_back, proc._bitmask)
@@ -314,7 +314,7 @@ class ProcessAttempts:
     side.  Attempt ``p * n + j`` is attempt ``(p // N) * n + j`` of its process."""
 
     def __init__(self, processes: list[ConstraintProcess], prompts: list[str], n: int, defer_end: bool,
-                 retries: bool, stats: Any):
+                 retries: bool, stats: Any, end_wait: int = 0):
         t0 = time.perf_counter()
         self.processes, self.n, self.stats = processes, n, stats
         self._t0: float | None = t0  # the call's start: its first masks time the cold start
@@ -325,7 +325,7 @@ class ProcessAttempts:
         self._live = [i for i in range(k) if prompts[i::k]]
         for i in self._live:
             processes[i].wait_ready()
-            processes[i].send(("start", prompts[i::k], n, defer_end, retries, _knobs()))
+            processes[i].send(("start", prompts[i::k], n, defer_end, retries, end_wait, _knobs()))
         answers = _answers([processes[i] for i in self._live], "start")
         self.takes_back = any(takes for takes, _ in answers)
         self._bitmask = {i: bits for i, (_, bits) in zip(self._live, answers)}
