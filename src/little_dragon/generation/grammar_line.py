@@ -921,8 +921,47 @@ def _inst_rule(kinds: list[str] | tuple[str, ...]) -> str:
 
 def _productive_kinds(semantic: str) -> list[str]:
     """The kinds (``all_kinds`` order) whose rule writes some complete line in the grammar of the fixed rules and
-    ``semantic`` (the state's rules, which take precedence)."""
-    graph = {**_fixed_graph()[0], **rule_graph(semantic)[0]}
+    ``semantic`` (the state's rules, which take precedence).  Cached by the shape of the state's rules
+    (``_shape``): whether a rule writes something depends on which names it uses where, not on its literals, and most
+    states differ only there (another loop's name or extent); the pass was ~2 ms a state, a sixth of the CPU
+    constraint's main-thread time in session 31."""
+    sem = rule_graph(semantic)[0]
+    key = frozenset((n, _shape(_expr(text))) for n, (text, _) in sem.items())
+    hit = _PRODUCTIVE.get(key)
+    if hit is None:
+        hit = _productive_kinds_of({**_fixed_graph()[0], **sem})
+        if len(_PRODUCTIVE) > 4096:
+            _PRODUCTIVE.clear()
+        _PRODUCTIVE[key] = hit
+    return list(hit)
+
+
+_PRODUCTIVE: dict[frozenset, tuple[str, ...]] = {}
+
+
+def _shape(e: tuple) -> tuple:
+    """``e`` (``_expr``) with what does not decide whether it writes something folded away: an optional part or a
+    literal writes something (``("lit",)``), a sequence writes what its parts do, an alternative writes something if
+    one branch does (branches deduplicated, in order).  ``_yields`` of the shape is ``_yields`` of ``e``."""
+    op = e[0]
+    if op in ("lit", "opt"):
+        return ("lit",)
+    if op in ("never", "name"):
+        return e
+    parts = [_shape(x) for x in e[1]]
+    if op == "seq":
+        if ("never",) in parts:
+            return ("never",)
+        parts = [x for x in parts if x != ("lit",)]
+        return parts[0] if len(parts) == 1 else ("seq", tuple(parts)) if parts else ("lit",)
+    if ("lit",) in parts:
+        return ("lit",)
+    parts = list(dict.fromkeys(x for x in parts if x != ("never",)))
+    return parts[0] if len(parts) == 1 else ("alt", tuple(parts)) if parts else ("never",)
+
+
+def _productive_kinds_of(graph: dict[str, tuple[str, frozenset[str]]]) -> tuple[str, ...]:
+    """``_productive_kinds`` of a whole rule graph (``rule_graph``'s form)."""
     order: list[str] = []      # the names the kinds reach (a few dozen of the grammar's ~200), uses first
     seen: set[str] = set()
 
@@ -944,7 +983,7 @@ def _productive_kinds(semantic: str) -> list[str]:
             if n not in productive and _yields(_expr(graph[n][0]), productive, graph):
                 productive.add(n)
                 changed = True
-    return [k for k in all_kinds() if k in productive]
+    return tuple(k for k in all_kinds() if k in productive)
 
 
 def _yields(e: tuple, productive: set[str], defined: dict) -> bool:
