@@ -408,6 +408,19 @@ def _fond_of(model, tok, text: str, boost: float):
     return fond
 
 
+def _drawn_as_alone(scores, alone, steps, temperature, where) -> None:
+    """The ``scores`` an attempt's kept tokens (and its end) were drawn from (``RecordingBack``) are, step by step, the
+    masked log-softmax of the model on its kept tokens alone (``_alone``)."""
+    import torch
+
+    got = [torch.log_softmax(s / temperature, -1) for s in scores]
+    assert len(got) == steps, where
+    for s, (g, want) in enumerate(zip(got, alone)):
+        assert torch.equal(torch.isinf(g), torch.isinf(want)), (*where, s)
+        fin = torch.isfinite(want)
+        assert torch.allclose(g[fin], want[fin], atol=2e-4), (*where, s)
+
+
 def test_a_refused_line_is_drawn_again_as_if_it_never_was(setup):
     """Line retries (``ConstrainedDecoding(line_retries=...)`` on the engine): a line TVM refuses is taken back and drawn
     again.  What an attempt keeps is what a fresh constraint of its prompt (no retries) allows token by token and ends
@@ -447,12 +460,7 @@ def test_a_refused_line_is_drawn_again_as_if_it_never_was(setup):
                 went_on += c.retried > 0 and not c.dead
                 if checked:
                     continue
-                got = [torch.log_softmax(s / temperature, -1) for s in proc.out[p * k + j]]
-                assert len(got) == len(new) + ended, (p, j)
-                for s, (g, want) in enumerate(zip(got, alone)):
-                    assert torch.equal(torch.isinf(g), torch.isinf(want)), (p, j, s)
-                    fin = torch.isfinite(want)
-                    assert torch.allclose(g[fin], want[fin], atol=2e-4), (p, j, s)
+                _drawn_as_alone(proc.out[p * k + j], alone, len(new) + ended, temperature, (p, j))
         assert sum(c.retried for c in inner.constraints) == st.line_retries
         assert went_on > 0, st.as_dict()
         if not checked:
@@ -607,9 +615,4 @@ def test_attempts_that_hold_for_their_end_check_keep_the_masked_distribution(set
             assert _allowed_by_a_fresh_constraint(tok, prompts[p], new, done) is None, (p, j)
             alone, fresh = _alone(model, tok, prompts[p], new, done, temperature)
             assert (c.text, c.dead, c.done) == (fresh.text, fresh.dead, fresh.done), (p, j, c.error, fresh.error)
-            got = [torch.log_softmax(s / temperature, -1) for s in proc.out[p * k + j]]
-            assert len(got) == len(new) + done, (p, j)
-            for s, (g, want) in enumerate(zip(got, alone)):
-                assert torch.equal(torch.isinf(g), torch.isinf(want)), (p, j, s)
-                fin = torch.isfinite(want)
-                assert torch.allclose(g[fin], want[fin], atol=2e-4), (p, j, s)
+            _drawn_as_alone(proc.out[p * k + j], alone, len(new) + done, temperature, (p, j))
