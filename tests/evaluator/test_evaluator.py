@@ -148,6 +148,14 @@ def test_a_worker_leaves_after_a_device_error_and_its_verdict_is_kept(evaluator,
     def workers() -> set[str]:  # each live worker keeps its phase file, named by its pid
         return {p.name for p in Path(evaluator._phase_dir).iterdir() if p.name.isdigit()}
 
+    def until(holds, timeout_s: float = 60.0) -> bool:  # workers start (and write their phase file) asynchronously
+        end = time.monotonic() + timeout_s
+        while not holds() and time.monotonic() < end:
+            time.sleep(0.1)
+        return holds()
+
+    # every worker up first (earlier tests' replacements may still be starting): the hook then runs on one of these
+    assert until(lambda: len(workers()) == evaluator.pool_size), (workers(), evaluator.pool_size)
     before = workers()
     bad, ok1, ok2 = evaluator.evaluate_batch([EvalRequest(mm256, "#dragon-test: device-error"),
                                               EvalRequest(mm256, parallel_rows(mm256, 8)),
@@ -157,7 +165,8 @@ def test_a_worker_leaves_after_a_device_error_and_its_verdict_is_kept(evaluator,
     assert ok1.category == "correct" and ok2.category == "correct", (ok1.message, ok2.message)
     assert not (bad.cached or ok1.cached or ok2.cached)
     assert not list(Path(evaluator._phase_dir).glob("*.result*"))  # read and removed
-    assert workers() - before and before - workers()  # the worker that ran the hook is gone, another took its place
+    # the worker that ran the hook is gone, another took its place
+    assert until(lambda: bool(workers() - before and before - workers())), (before, workers())
 
 
 def test_a_pool_broken_by_a_worker_ending_between_tasks_is_replaced(eval_cfg, timing_cfg, mm256):
