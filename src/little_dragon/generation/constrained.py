@@ -314,9 +314,7 @@ class TokenEngine:
             lead_blank = torch.tensor([b[:1] in (b" ", b"\t") for b in toks])
             ok_mid = ~bad
             rows = torch.stack([ok_mid & ~lead_ws, ok_mid & ~lead_blank, ok_mid])  # WS_START, WS_SPACE, WS_MID
-            weights = torch.ones(32, dtype=torch.int64) << torch.arange(32, dtype=torch.int64)
-            packed = (rows.view(3, words, 32).to(torch.int64) * weights).sum(-1)
-            hit = self._ws_masks[words] = torch.where(packed >= 1 << 31, packed - (1 << 32), packed).to(torch.int32)
+            hit = self._ws_masks[words] = _packed_bits(rows.view(3, words, 32))
         return hit
 
     def hold_mask(self, words: int) -> Any:
@@ -328,10 +326,17 @@ class TokenEngine:
 
             ok = torch.arange(words * 32) < self.vocab_size
             ok[self.eos_id] = False
-            weights = torch.ones(32, dtype=torch.int64) << torch.arange(32, dtype=torch.int64)
-            packed = (ok.view(words, 32).to(torch.int64) * weights).sum(-1)
-            hit = self._hold_masks[words] = torch.where(packed >= 1 << 31, packed - (1 << 32), packed).to(torch.int32)
+            hit = self._hold_masks[words] = _packed_bits(ok.view(words, 32))
         return hit
+
+
+def _packed_bits(bits: Any) -> Any:
+    """``[..., 32]`` booleans as ``[...]`` int32 words, bit i of a word its i-th boolean (llguidance's mask layout)."""
+    import torch
+
+    weights = torch.ones(32, dtype=torch.int64) << torch.arange(32, dtype=torch.int64)
+    packed = (bits.to(torch.int64) * weights).sum(-1)
+    return torch.where(packed >= 1 << 31, packed - (1 << 32), packed).to(torch.int32)
 
 
 # threads for line-grammar compiles (``_pool``): None = the host's cores, at most 8.  A constraint process sets its
