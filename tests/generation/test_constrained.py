@@ -71,7 +71,8 @@ def _feed(engine, workload, text, tokenizer, eos=True):
 
 
 def _db_dirs(harvested):
-    dirs = sorted((CODEC_DATA / "real_llvm_db").iterdir()) + [CODEC_DATA / "real_cuda_db", CODEC_DATA / "real_cuda_valid_db"]
+    dirs = sorted((CODEC_DATA / "real_llvm_db").iterdir())
+    dirs += [CODEC_DATA / "real_cuda_db", CODEC_DATA / "real_cuda_valid_db", CODEC_DATA / "real_cuda_simt_db"]
     dirs += sorted(p for p in (harvested / "harvest").glob("*/db/*") if p.is_dir())
     return dirs
 

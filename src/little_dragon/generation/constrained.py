@@ -66,7 +66,8 @@ from typing import Any
 
 from little_dragon.codec.canonical import dumps, first_mismatch, index_maps_parsed
 from little_dragon.generation.constrain_state import ScheduleState
-from little_dragon.generation.grammar_line import line_grammar, line_kinds, reorder_derivable, tiling_run
+from little_dragon.generation.grammar_line import (line_grammar, line_kinds, reorder_derivable, tiling_run,
+                                                  tiling_threads)
 from little_dragon.generation.schedule_worker import _LIVE, LRU, finish_check, post_section, prefix_facts
 from little_dragon.generation.schedule_worker import worker as tvm_worker
 from little_dragon.generation.thread_bounds import THREAD_BOUNDS
@@ -390,6 +391,11 @@ PROCESSES: int = 0
 # 0 = at once (before session 31).
 END_WAIT_STEPS: int | None = None
 
+# [thread factors] Inside a GPU tiling, each S loop's third factor (the one bound to threadIdx) is drawn within what keeps
+# the block's threads per thread block inside MetaSchedule's bounds (``grammar_line._tile_rules``); False: drawn free and
+# checked at the bounds line only (``thread_bounds``; before session 32, and the bench's +nothreadfactors).
+THREAD_FACTORS = True
+
 
 def _end_wait(device: Any) -> int:
     """The steps an attempt holds at `post *` for its end check's verdict, for a model on ``device`` (``END_WAIT_STEPS``)."""
@@ -474,6 +480,19 @@ def _decode(text: str) -> list:
     own last line ended), so a script is parsed once, not once per line (``test_incremental_decode``
     checks it equals the codec's whole-text decode on every prefix of real records)."""
     return _decoded(text).trace
+
+
+@functools.lru_cache(maxsize=64)
+def _target_thread_bounds(target: str) -> tuple[int, int] | None:
+    """(warp size, max threads per block) of a GPU target's compact JSON (the attributes MetaSchedule's GPU tiling
+    reads for its thread bounds); None when the target does not name ``max_threads_per_block``."""
+    try:
+        attrs = json.loads(target)
+    except ValueError:
+        return None
+    if not isinstance(attrs, dict) or "max_threads_per_block" not in attrs:
+        return None
+    return int(attrs.get("thread_warp_size", 32)), int(attrs["max_threads_per_block"])
 
 
 def _decoded(text: str) -> _Decoded:
@@ -765,7 +784,18 @@ class ScriptConstraint:
         counts, tvm_loops = run
         names = {tvm: mine for mine, tvm in decoded.defined.items()}
         loops = frozenset(int(names[t][1:]) for t in tvm_loops if t in names)
-        return {"reorder_derived": derived, "tile_counts": counts, "tile_loops": loops}
+        order = {"reorder_derived": derived, "tile_counts": counts, "tile_loops": loops}
+        bounds = self._thread_bounds() if THREAD_FACTORS else None
+        threads = tiling_threads(decoded.trace, *bounds) if bounds else None
+        return {**order, "tile_threads": threads} if threads else order
+
+    def _thread_bounds(self) -> tuple[int, int] | None:
+        """MetaSchedule's thread bounds on this prompt's GPU target (its warp size, ``max_threads_per_block``), which
+        its GPU tiling annotates the tiled block with; None on a CPU target or without a workload
+        (``grammar_line.tiling_threads``)."""
+        if self.workload is None or self.state is None or self.state.cpu:
+            return None
+        return _target_thread_bounds(self.workload.target)
 
     def _new_line(self, first: bool = False) -> None:
         t0 = time.perf_counter()

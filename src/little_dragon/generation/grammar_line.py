@@ -72,7 +72,8 @@ def _divisors(n: int) -> list[int]:
 
 
 def _tile_rules(loops: dict[int, int | None], levels: tuple[int, ...] = (),
-                restricted: frozenset[int] = frozenset(), kinds: dict[int, str] | None = None) -> list[str]:
+                restricted: frozenset[int] = frozenset(), kinds: dict[int, str] | None = None,
+                threads: tuple[int, ...] = ()) -> list[str]:
     """``tile l<k> [m=M] = t1 t2 .. tN`` as TVM replays it.  [perfect tile] SamplePerfectTile given a decision
     keeps t2..tN while each divides what remains, inner to outer, and sets t1 := extent / (t2*..*tN) (TVM's
     sampling.cc: "if the tiling is not perfect ... result[0] = len").  So: t1 any positive integer (``PINT``: TVM
@@ -90,7 +91,17 @@ def _tile_rules(loops: dict[int, int | None], levels: tuple[int, ...] = (),
     derives it only from groups of those lengths).  [iter kind] MetaSchedule's MultiLevelTiling gives a loop that
     carries only data-parallel iters the S count and one carrying a reduction iter the R count (``kinds``:
     ``ScheduleState.loop_iters``); a reduction loop tiled with the S count numbers every later loop off (seen on
-    the H200: `tile l2 = 256 1 1 2 4` for k under `SSSRRSRS`, then `bind` of the wrong loops)."""
+    the H200: `tile l2 = 256 1 1 2 4` for k under `SSSRRSRS`, then `bind` of the wrong loops).
+
+    [thread factors] ``threads`` = (low, high, so far) inside a GPU tiling whose S levels bind blockIdx, vthread and
+    threadIdx (``tiling_threads``): each S loop's third factor runs on threadIdx, so the block's threads per thread
+    block are ``so far`` (the third factors of the run's S loops already tiled, times the warp for a
+    ``warp_execution`` block) times this line's third factor times the other S loops' to come.  That factor is kept
+    to what leaves the product within [low, high] (MetaSchedule's bounds: the target's warp size and
+    ``max_threads_per_block``, written later as `minthreads`/`maxthreads`): ``high // so far`` at most, and at least
+    what the other S loops of the run could still multiply up to ``low``.  The bounds line refuses the rest anyway
+    (``thread_bounds``) and sends the attempt back to its first `tile` line; here the draw is refused at its token.
+    A loop whose bounds no factor meets keeps the plain rule (the bounds line decides)."""
     rules, alts, need_f, need_h, need_c = [], [], set(), set(), set()
     counts = sorted({n for n in levels if n > 0})
     top = max(counts, default=0)
@@ -102,6 +113,10 @@ def _tile_rules(loops: dict[int, int | None], levels: tuple[int, ...] = (),
             mine = [n for n in own if n > 0] or counts
             forms = [f'" {extent}"' if n == 1 else "PINT " + (f"f{extent}" if n == 2 else f"h{extent}c{n - 1}")
                      for n in mine]
+            if threads and mine == [THREAD_S_LEVELS] and kinds.get(k, "S") == "S":
+                bounded = _thread_factor_rules(k, extent, _thread_factor_bounds(k, loops, restricted, kinds, threads))
+                if bounded:
+                    forms, rules = [f"PINT th{k}"], rules + bounded
             rules.append(f'tl{k}: "l{k}" o_m? "=" (' + " | ".join(forms) + ")")
             need_f.update(_divisors(extent))
             need_c.update((r, n) for r in _divisors(extent) for n in range(2, top))
@@ -124,6 +139,61 @@ def _tile_rules(loops: dict[int, int | None], levels: tuple[int, ...] = (),
         return rules + _unreachable("k_tile")
     rules.insert(0, 'k_tile: "tile" (' + " | ".join(alts) + ")")
     return rules
+
+
+THREAD_S_LEVELS = 5  # `SSSRRSRS`: S levels bound to blockIdx, vthread, threadIdx, then two serial ones
+THREAD_LEVEL = 2     # the S level MetaSchedule's GPU tiling binds to threadIdx (its third factor in a `tile` line)
+
+
+def _thread_factor_bounds(k: int, loops: dict[int, int | None], restricted: frozenset[int], kinds: dict[int, str],
+                          threads: tuple[int, ...]) -> tuple[int, int]:
+    """[thread factors] The least and greatest third factor of loop ``k``'s `tile` line that keep the threads within
+    ``threads``' bounds (``_tile_rules``)."""
+    low, high, so_far = threads
+    others = 1
+    for j in restricted:  # the run's S loops still to tile (``loops``: those not tiled yet)
+        if j != k and j in loops and kinds.get(j, "S") == "S":
+            e = loops.get(j)
+            if e is None or e <= 0:
+                return 1, max(high // so_far, 0)  # a loop of unknown extent could reach any count
+            others *= e
+    return -(-low // (so_far * others)), high // so_far
+
+
+def _thread_factor_rules(k: int, extent: int, bounds: tuple[int, int]) -> list[str]:
+    """``th<k>``: t2 .. t5 of loop ``k``'s S `tile` line (each a divisor of what remains) with t3 within ``bounds``;
+    [] when no t3 is (the plain rule stays)."""
+    lo, hi = bounds
+    alts, rules = [], []
+    for d2 in _divisors(extent):
+        rest = extent // d2
+        d3s = [d for d in _divisors(rest) if lo <= d <= hi]
+        if d3s:
+            alts.append(f'" {d2}" th{k}r{rest}')
+            rules.append(f"th{k}r{rest}: " + " | ".join(f'" {d}" h{rest // d}c2' for d in d3s))
+    return [f"th{k}: " + " | ".join(alts)] + rules if alts else []
+
+
+def tiling_threads(trace_json: list, warp_size: int, max_threads: int) -> tuple[int, int, int] | None:
+    """[thread factors] Inside a multi-level tiling of structure ``SSSRRSRS`` on a GPU target (``tiling_run``): (low,
+    high, so far) for ``_tile_rules``: MetaSchedule's thread bounds (``warp_size``, ``max_threads``) and the product of
+    the third factors of the run's S `tile` lines decided so far (times the warp when the tiled block is annotated
+    ``warp_execution``).  None outside such a run."""
+    from little_dragon.codec.derive import _structure
+    from little_dragon.codec.kinds import TILING_KEY
+
+    insts, decisions = trace_json[0], dict((i, d) for i, d in trace_json[1])
+    if tiling_run(trace_json) is None or _structure(insts) != "SSSRRSRS":
+        return None
+    at = next(i for i in range(len(insts) - 1, -1, -1) if insts[i][0] == "Annotate" and insts[i][2] == [TILING_KEY])
+    block = insts[at][1][0]
+    so_far = warp_size if any(x[0] == "Annotate" and x[1][:1] == [block] and x[2] == ["warp_execution"]
+                              for x in insts[:at]) else 1
+    for i in range(at + 2, len(insts), 2):
+        factors = decisions.get(i)
+        if isinstance(factors, list) and len(factors) == THREAD_S_LEVELS:
+            so_far *= int(factors[THREAD_LEVEL])
+    return warp_size, max_threads, max(so_far, 1)
 
 
 def tiling_run(trace_json: list) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
@@ -645,17 +715,19 @@ def state_key(state: ScheduleState | None) -> tuple | None:
 
 def line_grammar(state: ScheduleState | None, first: bool = False, finished: bool = False,
                  reorder_derived: bool = True, tile_counts: tuple[int, ...] = (),
-                 tile_loops: frozenset[int] = frozenset()) -> str:
+                 tile_loops: frozenset[int] = frozenset(), tile_threads: tuple[int, ...] = ()) -> str:
     """The Lark grammar (llguidance's dialect: the codec's, unchanged syntax) of the next line.
 
     ``state`` None: syntax only (no workload known, or the facts could not be computed).  ``reorder_derived``:
     whether the decoded prefix ends in tile lines that `reorder *` can follow (``codec.derive.tiling_reorder``;
     ``reorder_derivable``); False forbids `reorder *` (an explicit `reorder` of loops stays allowed).
     ``tile_counts``/``tile_loops``: inside a multi-level tiling (``tiling_run``), its (S, R) level counts and the
-    loops (script indices) whose `tile` line has the count of its iter kind."""
+    loops (script indices) whose `tile` line has the count of its iter kind; ``tile_threads``: its thread bounds and
+    the thread factors so far (``tiling_threads``), on a GPU target."""
     if finished:
         return finished_grammar()
-    order = (reorder_derived, tuple(tile_counts), frozenset(tile_loops) if tile_counts else frozenset())
+    order = (reorder_derived, tuple(tile_counts), frozenset(tile_loops) if tile_counts else frozenset(),
+             tuple(tile_threads) if tile_counts else ())
     return _line_grammar(state_key(state), state, first, finished, order)
 
 
@@ -667,7 +739,7 @@ def reorder_derivable(trace_json: list) -> bool:
 
 
 def _line_grammar(key: tuple | None, state: ScheduleState | None, first: bool, finished: bool,
-                  order: tuple = (True, (), frozenset())) -> str:
+                  order: tuple = (True, (), frozenset(), ())) -> str:
     hit = _MEMO.get((key, first, finished, order))
     if hit is None:
         hit = _fixed_rules() + _line_start(first, finished) + "\n" + _semantic_text(key, state, order)
@@ -680,8 +752,8 @@ def _line_grammar(key: tuple | None, state: ScheduleState | None, first: bool, f
 def _semantic_text(key: tuple | None, state: ScheduleState | None, order: tuple) -> str:
     hit = _MEMO.get(("semantic", key, order))
     if hit is None:
-        reorder_derived, counts, loops = order
-        hit = _MEMO[("semantic", key, order)] = _semantic_rules(state, counts, loops, reorder_derived) + "\n"
+        reorder_derived, counts, loops, threads = order
+        hit = _MEMO[("semantic", key, order)] = _semantic_rules(state, counts, loops, reorder_derived, threads) + "\n"
     return hit
 
 
@@ -820,10 +892,11 @@ class LineKinds:
 
 
 def line_kinds(state: ScheduleState, reorder_derived: bool = True, tile_counts: tuple[int, ...] = (),
-               tile_loops: frozenset[int] = frozenset()) -> LineKinds:
+               tile_loops: frozenset[int] = frozenset(), tile_threads: tuple[int, ...] = ()) -> LineKinds:
     """``LineKinds`` of the line grammar ``line_grammar(state, ..)`` (not first or finished: the kinds are the same;
     the start rule differs only in the empty line, which a kind's grammar never needs)."""
-    order = (reorder_derived, tuple(tile_counts), frozenset(tile_loops) if tile_counts else frozenset())
+    order = (reorder_derived, tuple(tile_counts), frozenset(tile_loops) if tile_counts else frozenset(),
+             tuple(tile_threads) if tile_counts else ())
     key = ("kinds", state_key(state), order)
     hit = _MEMO.get(key)
     if hit is None:
@@ -832,7 +905,8 @@ def line_kinds(state: ScheduleState, reorder_derived: bool = True, tile_counts: 
 
 
 def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = (),
-                    tile_loops: frozenset[int] = frozenset(), reorder_derived: bool = True) -> str:
+                    tile_loops: frozenset[int] = frozenset(), reorder_derived: bool = True,
+                    tile_threads: tuple[int, ...] = ()) -> str:
     if state is None:
         return "\n".join([_SYNTAX_ONLY, *(_base_rule(r) for r in _CODEC_AS_IS), _base_rule("k_unann"),
                           _fixed_form(_base_rule("k_rfactor")), _base_rule("k_post"),
@@ -875,7 +949,7 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     out += _unannotate_rules(state)
     # [tile once] a loop a `tile` line made is not tiled again (``ScheduleState.loop_tiled``)
     out += _tile_rules({k: e for k, e in state.loops.items() if k not in state.loop_tiled}, tile_counts, tile_loops,
-                       state.loop_iters)
+                       state.loop_iters, tile_threads)
     out += _parallel_rules(state)
     out += _split_fuse_rules(state)
     out += _rfactor_rules(state)
