@@ -89,10 +89,15 @@ def test_no_harvested_record_is_refused_at_its_bounds(record):
     assert n >= 10, n
 
 
-def test_the_attempt_goes_back_to_its_tiling(engine, smollm2, record):
+def test_the_attempt_goes_back_to_its_tiling(engine, smollm2, record, monkeypatch):
     """Under the constraint, token by token: the over-bound attempt is taken back at its `maxthreads` line to the
     first `tile` line of its tiling (the tokens since then dropped, one retry counted with its reason), where a
-    fresh constraint would stand; without retries it ends there.  The record itself goes through."""
+    fresh constraint would stand; without retries it ends there.  The record itself goes through.  The thread factors
+    are drawn free here (``THREAD_FACTORS`` off): with them on, the over-bound factor is refused at its token
+    (``test_constrained_thread_factors.py``), and this line is what catches any count they do not bound."""
+    from little_dragon.generation import constrained
+
+    monkeypatch.setattr(constrained, "THREAD_FACTORS", False)
     mod, target, wl, lines = record
     over = _with_tiles(lines, OVER)
     head = _through(over, "ann b5 maxthreads 1024")

@@ -84,22 +84,33 @@ def test_thread_factors_outside_the_bounds_are_refused_at_their_token(engine, sm
             "= ", 1)[1]) + ok_prefix)[0] is None
 
 
-def test_no_rule_on_a_cpu_target_or_a_tensor_core_tiling():
-    """The rule needs MetaSchedule's GPU binding of the third S level: none on a CPU target (no bounds) nor without
-    `max_threads_per_block` in the target; a tensor-core tiling (`tiling` annotated on the block before `blockize`)
-    is no restricted run, so its lines keep the plain rule."""
+def test_a_tensor_core_tiling_counts_the_warp(engine, smollm2):
+    """A tensor-core tiling (the `tiling` annotation on the block before `blockize`, the tiles on the block it made,
+    annotated `warp`): its run's S lines take 5 factors and R lines 3, as MetaSchedule's, and its threadIdx.x is the
+    warp, so a measured record (32 x 4 x 1 threads) starts from 32 and goes through; third factors of 8 then 48
+    (12,288 threads) are refused at the 48."""
+    from little_dragon import codec
+    from little_dragon.generation.constrained import Workload
+    from little_dragon.generation.grammar_line import tiling_run, tiling_threads
+
+    _, mod, target, tj = next(iter(real_records(DATA / "real_cuda_valid_db")))
+    lines = model_script_lines(tj)
+    wl = Workload(mod, target)
+    head = _through(lines, "loops b5 3")
+    trace = codec.decode(head, codec.SyntaxOnlyContext())
+    assert tiling_run(trace)[0] == (5, 3) and tiling_threads(trace, 32, 1024) == (32, 1024, 32)
+    assert feed_constraint(engine, wl, smollm2, _through(lines, "ann b5 maxthreads 1024"))[0] is None
+    over = _with_tiles(lines, {"l15": "1 1 8 1 1", "l16": "1 1 48 1 1"})
+    refused, c = feed_constraint(engine, wl, smollm2, _through(over, "tile l16 m=4 = 1 1 48 1 1"))
+    assert refused is not None and refused.split(" after ", 1)[1].endswith("tile l16 m=4 = 1 1 4'"), refused
+
+
+def test_no_rule_on_a_cpu_target_or_without_the_bounds():
+    """The rule needs MetaSchedule's GPU bounds: none on a CPU target, nor without `max_threads_per_block` in the
+    target."""
     from little_dragon.generation.constrained import _target_thread_bounds
 
     assert _target_thread_bounds('{"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, '
                                  '"thread_warp_size": 32}') == (32, 1024)
     assert _target_thread_bounds('{"kind": "cuda", "arch": "sm_90"}') is None
     assert _target_thread_bounds("not json") is None
-
-    from little_dragon import codec
-    from little_dragon.generation.grammar_line import tiling_threads
-
-    from dragon_testkit import real_records as recs
-    _, _, _, tj = next(iter(recs(DATA / "real_cuda_valid_db")))
-    tc = model_script_lines(tj)
-    head = _through(tc, next(ln for ln in tc if ln.startswith("tile ")))
-    assert tiling_threads(codec.decode(head, codec.SyntaxOnlyContext()), 32, 1024) is None

@@ -178,45 +178,62 @@ def tiling_threads(trace_json: list, warp_size: int, max_threads: int) -> tuple[
     """[thread factors] Inside a multi-level tiling of structure ``SSSRRSRS`` on a GPU target (``tiling_run``): (low,
     high, so far) for ``_tile_rules``: MetaSchedule's thread bounds (``warp_size``, ``max_threads``) and the product of
     the third factors of the run's S `tile` lines decided so far (times the warp when the tiled block is annotated
-    ``warp_execution``).  None outside such a run."""
+    ``warp_execution``: a tensor-core tiling, whose threadIdx.x is the warp).  None outside such a run."""
     from little_dragon.codec.derive import _structure
-    from little_dragon.codec.kinds import TILING_KEY
 
     insts, decisions = trace_json[0], dict((i, d) for i, d in trace_json[1])
-    if tiling_run(trace_json) is None or _structure(insts) != "SSSRRSRS":
+    run = _run_start(insts)
+    if run is None or _structure(insts) != "SSSRRSRS":
         return None
-    at = next(i for i in range(len(insts) - 1, -1, -1) if insts[i][0] == "Annotate" and insts[i][2] == [TILING_KEY])
-    block = insts[at][1][0]
-    so_far = warp_size if any(x[0] == "Annotate" and x[1][:1] == [block] and x[2] == ["warp_execution"]
-                              for x in insts[:at]) else 1
-    for i in range(at + 2, len(insts), 2):
+    at, get = run
+    so_far = warp_size if _warp_execution(insts[:get], insts[get][1][0]) else 1
+    for i in range(get + 1, len(insts), 2):
         factors = decisions.get(i)
         if isinstance(factors, list) and len(factors) == THREAD_S_LEVELS:
             so_far *= int(factors[THREAD_LEVEL])
     return warp_size, max_threads, max(so_far, 1)
 
 
-def tiling_run(trace_json: list) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
-    """A multi-level tiling in progress at the end of a decoded prefix: the last instructions are the `tiling`
-    annotation of a block, the `loops` of that block, then only `tile` lines (SamplePerfectTile + Split by its
-    values, as MetaSchedule's MultiLevelTiling writes them).  Returns (the S and R level counts of the tiling
-    structure, as (S, R), the TVM names of that `loops` line's loops), or None (no such run: the tile lines are free)."""
-    from little_dragon.codec.derive import _structure, _tile_groups
+def _warp_execution(insts: list, block: str) -> bool:
+    return any(x[0] == "Annotate" and x[1][:1] == [block] and x[2] == ["warp_execution"] for x in insts)
+
+
+def _run_start(insts: list) -> tuple[int, int] | None:
+    """(the `tiling` annotation, the `loops` line) of the multi-level tiling in progress at the end of ``insts``
+    (``tiling_run``), or None."""
+    from little_dragon.codec.derive import _tile_groups
     from little_dragon.codec.kinds import TILING_KEY
 
-    insts = trace_json[0]
     at = next((i for i in range(len(insts) - 1, -1, -1)
                if insts[i][0] == "Annotate" and insts[i][2] == [TILING_KEY]), None)
-    if at is None or at + 1 >= len(insts):
+    if at is None:
         return None
+    get = len(insts) - 2 * len(_tile_groups(insts)) - 1
+    if get <= at or insts[get][0] != "GetLoops":
+        return None
+    block = insts[get][1][0]
+    # the annotated block's own loops, or (a tensor-core tiling) those of the block `blockize` made of its inner
+    # tiles, annotated `warp_execution` since: MetaSchedule tiles that block by the same structure
+    if get == at + 1 and [block] == insts[at][1][:1] or _warp_execution(insts[at:get], block):
+        return at, get
+    return None
+
+
+def tiling_run(trace_json: list) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
+    """A multi-level tiling in progress at the end of a decoded prefix: the last instructions are the `loops` of a
+    block, then only `tile` lines (SamplePerfectTile + Split by its values, as MetaSchedule's MultiLevelTiling writes
+    them), the block either the one the last `tiling` annotation names (right before its `loops`) or a block
+    annotated `warp_execution` after it (a tensor-core tiling: `blockize` of the annotated block's inner tiles).
+    Returns (the S and R level counts of the tiling structure, as (S, R), the TVM names of that `loops` line's loops),
+    or None (no such run: the tile lines are free)."""
+    from little_dragon.codec.derive import _structure
+
+    insts = trace_json[0]
+    run = _run_start(insts)
     structure = _structure(insts)
-    get = insts[at + 1]
-    if not structure or set(structure) - {"S", "R"} or get[0] != "GetLoops" or get[1] != insts[at][1][:1]:
+    if run is None or not structure or set(structure) - {"S", "R"}:
         return None
-    rest = len(insts) - at - 2
-    if rest % 2 or len(_tile_groups(insts)) * 2 != rest:
-        return None
-    return (structure.count("S"), structure.count("R")), tuple(get[3])
+    return (structure.count("S"), structure.count("R")), tuple(insts[run[1]][3])
 
 
 def _count_rule(name: str, mnemonic: str, counts: dict[int, int], loops: bool = False,
