@@ -202,6 +202,22 @@ def model_script_lines(trace_json) -> list[str]:
     return lines[:lines.index("post")] + ["post *"] if "post" in lines else lines
 
 
+def with_tiles(lines: list[str], factors: dict[str, str]) -> list[str]:
+    """``lines`` with the factors of the `tile` lines of the loops ``factors`` names replaced (``{"l15": "1 1 8 1 1"}``)."""
+    import re
+
+    out = []
+    for ln in lines:
+        m = re.match(r"tile (l\d+) (m=\d+ )?= ", ln)
+        out.append(m.group(0) + factors[m.group(1)] if m and m.group(1) in factors else ln)
+    return out
+
+
+def lines_through(lines: list[str], last: str) -> str:
+    """The script text of ``lines`` up to and including the line ``last``."""
+    return "".join(x + "\n" for x in lines[:lines.index(last) + 1])
+
+
 def feed_constraint(engine, workload, tok, text: str):
     """Feed ``text`` to a fresh ``ScriptConstraint`` token by token, each checked against the mask the sampler
     would apply: (None, constraint) when every token was allowed, else (the position and token refused,

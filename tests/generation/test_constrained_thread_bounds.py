@@ -15,6 +15,8 @@ import pytest
 
 from dragon_testkit import CODEC_DATA as DATA
 from dragon_testkit import end_check, feed_constraint, mask_of, model_script_lines, real_records, tvm_accepts
+from dragon_testkit import lines_through as _through
+from dragon_testkit import with_tiles as _with_tiles
 
 # record 0 of real_cuda_valid_db (measured by MetaSchedule): a tensor-core matmul (warp_execution: threadIdx.x counts
 # 32), threadIdx.y bound to the fused third factors of l15 (8 = 1 1 4 2 1) and l16 (48 = 2 2 1 3 4): 32 x 4 threads.
@@ -30,18 +32,6 @@ def record():
     lines = model_script_lines(tj)
     assert "ann b5 maxthreads 1024" in lines and "ann b5 warp 1" in lines, lines
     return mod, target, Workload(mod, target), lines
-
-
-def _with_tiles(lines: list[str], factors: dict[str, str]) -> list[str]:
-    out = []
-    for ln in lines:
-        m = re.match(r"tile (l\d+) (m=\d+ )?= ", ln)
-        out.append(m.group(0) + factors[m.group(1)] if m and m.group(1) in factors else ln)
-    return out
-
-
-def _through(lines: list[str], last: str) -> str:
-    return "".join(x + "\n" for x in lines[:lines.index(last) + 1])
 
 
 def _facts(mod, wl, text: str):

@@ -9,12 +9,12 @@ SIMT tiling, no tensor cores), TVM, the codec, llguidance over SmolLM2's tokeniz
 """
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from dragon_testkit import CODEC_DATA as DATA
 from dragon_testkit import feed_constraint, model_script_lines, real_records, tvm_accepts
+from dragon_testkit import lines_through as _through
+from dragon_testkit import with_tiles as _with_tiles
 
 
 @pytest.fixture(scope="module")
@@ -26,18 +26,6 @@ def records():
         out.append((mod, target, Workload(mod, target), model_script_lines(tj)))
     assert len(out) == 3
     return out
-
-
-def _with_tiles(lines: list[str], factors: dict[str, str]) -> list[str]:
-    out = []
-    for ln in lines:
-        m = re.match(r"tile (l\d+) (m=\d+ )?= ", ln)
-        out.append(m.group(0) + factors[m.group(1)] if m and m.group(1) in factors else ln)
-    return out
-
-
-def _through(lines: list[str], last: str) -> str:
-    return "".join(x + "\n" for x in lines[:lines.index(last) + 1])
 
 
 def test_the_bounds_follow_the_factors_drawn(records):
