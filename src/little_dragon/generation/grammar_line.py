@@ -743,9 +743,16 @@ def line_grammar(state: ScheduleState | None, first: bool = False, finished: boo
     the thread factors so far (``tiling_threads``), on a GPU target."""
     if finished:
         return finished_grammar()
-    order = (reorder_derived, tuple(tile_counts), frozenset(tile_loops) if tile_counts else frozenset(),
-             tuple(tile_threads) if tile_counts else ())
+    order = _order_key(reorder_derived, tile_counts, tile_loops, tile_threads)
     return _line_grammar(state_key(state), state, first, finished, order)
+
+
+def _order_key(reorder_derived: bool, tile_counts: tuple[int, ...], tile_loops: frozenset[int],
+               tile_threads: tuple[int, ...]) -> tuple:
+    """The order rules of a line as one hashable key (``_semantic_text`` unpacks it): a run's loops and thread
+    bounds count only inside a tiling run."""
+    return (reorder_derived, tuple(tile_counts), frozenset(tile_loops) if tile_counts else frozenset(),
+            tuple(tile_threads) if tile_counts else ())
 
 
 def reorder_derivable(trace_json: list) -> bool:
@@ -912,8 +919,7 @@ def line_kinds(state: ScheduleState, reorder_derived: bool = True, tile_counts: 
                tile_loops: frozenset[int] = frozenset(), tile_threads: tuple[int, ...] = ()) -> LineKinds:
     """``LineKinds`` of the line grammar ``line_grammar(state, ..)`` (not first or finished: the kinds are the same;
     the start rule differs only in the empty line, which a kind's grammar never needs)."""
-    order = (reorder_derived, tuple(tile_counts), frozenset(tile_loops) if tile_counts else frozenset(),
-             tuple(tile_threads) if tile_counts else ())
+    order = _order_key(reorder_derived, tile_counts, tile_loops, tile_threads)
     key = ("kinds", state_key(state), order)
     hit = _MEMO.get(key)
     if hit is None:
