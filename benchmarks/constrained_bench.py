@@ -471,11 +471,13 @@ def _knob(mode: str) -> tuple[str, Any]:
     (``generation.constrained_finish_back``; arms without it: 0).  +waitN: an end check with retries left is read N
     decoding steps after `post *` (END_WAIT_STEPS; +wait0: at once, as before session 31; arms without it: by device).
     +nothreadfactors: a GPU tiling's thread factors drawn free, its thread count checked at the bounds line only
-    (THREAD_FACTORS False: the constraint before session 32)."""
+    (THREAD_FACTORS False: the constraint before session 32).  +noannmove: `ann` of any key on any block or loop, and a
+    block moved by `at`/`rat` may be moved again (ANNOTATION_AND_MOVE_RULES False: before session 33)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),
-             "noredraw": ("REDRAWS", 0), "norefill": ("REFILL", False), "nothreadfactors": ("THREAD_FACTORS", False)}
+             "noredraw": ("REDRAWS", 0), "norefill": ("REFILL", False), "nothreadfactors": ("THREAD_FACTORS", False),
+             "noannmove": ("ANNOTATION_AND_MOVE_RULES", False)}
     if mode in fixed:
         return fixed[mode]
     if re.fullmatch(r"process\d*", mode):
@@ -483,7 +485,7 @@ def _knob(mode: str) -> tuple[str, Any]:
     if re.fullmatch(r"wait\d+", mode):
         return "END_WAIT_STEPS", int(mode[len("wait"):])
     raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, norefill, "
-                     "nothreadfactors, processN, waitN, retriesN, backN, shared_prefix)")
+                     "nothreadfactors, noannmove, processN, waitN, retriesN, backN, shared_prefix)")
 
 
 def _score(rows: list[dict[str, Any]], attempts: list[list[str]], tok: Any, evaluate: bool) -> dict[str, Any]:

@@ -71,3 +71,35 @@ def test_a_block_blayout_transformed_is_not_transformed_again(engine, smollm2):
         next_allowed += 1
     assert again and next_allowed, (again, next_allowed)
     assert accepted_by_tvm, "TVM transforms a block's layout again: the rule is the constraint's, not a TVM refusal"
+
+
+def test_a_block_an_at_line_moved_is_not_moved_again(engine, smollm2):
+    """Right after each real `at b l` / `rat b l` line: the block is in the state's ``block_moved``; moving it again,
+    to another loop its compute-at checks take (which TVM applies) or by `at b = k`, is refused; the record's next line
+    is still allowed.  MetaSchedule moves a block once (1,911 harvest traces); session 32's H100 A/B had an attempt move
+    one cache block five times."""
+    import re
+
+    again = accepted_by_tvm = next_allowed = 0
+    for kind in ("at", "rat"):
+        for mod, wl, head, line, following in _real_lines(kind + " ", 3):
+            m = re.match(r"r?at b(\d+) l(\d+)$", line)
+            if not m:
+                continue
+            k, used = int(m.group(1)), int(m.group(2))
+            before = prefix_state(mod, head)
+            table = before.compute_at if kind == "at" else before.reverse_compute_at
+            head += line + "\n"
+            st = prefix_state(mod, head)
+            assert k in st.block_moved and k not in before.block_moved, (line, st.block_moved)
+            others = [lp for lp in (table or {}).get(k, ()) if lp != used and lp in st.loops]
+            for lp in others[:2]:
+                attempt = head + f"{kind} b{k} l{lp}\n"
+                assert not allowed_by_mask(engine, wl, smollm2, attempt), attempt
+                again += 1
+                accepted_by_tvm += tvm_accepts(mod, attempt)
+            assert not allowed_by_mask(engine, wl, smollm2, head + f"at b{k} = 0\n"), line
+            assert allowed_by_mask(engine, wl, smollm2, head + following + "\n"), (line, following)
+            next_allowed += 1
+    assert again and next_allowed, (again, next_allowed)
+    assert accepted_by_tvm, "TVM moves a moved block again: the rule is the constraint's, not a TVM refusal"

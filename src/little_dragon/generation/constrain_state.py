@@ -128,6 +128,15 @@ class ScheduleState:
     # (1,792 TransformBlockLayout of the same harvests: none of a block transformed before); session 29's H100 A/B had
     # an attempt write the same `blayout b0 ...` 17 times.  Set by ``live_state`` (``LiveSchedule.relaid``).
     block_relaid: frozenset[int] = frozenset()
+    # live blocks an `at`/`rat` line moved (ComputeAt, ReverseComputeAt): not moved again.  MetaSchedule moves a block
+    # once (1,911 traces of the H200, t64 and llvm harvests: no block moved twice), while TVM moves a moved block again
+    # without complaint, the earlier line then dead: session 32's H100 A/B had an attempt move one cache block 5 times
+    # on its way to the step cap, its row the batch's last for 764 of 2,150 steps.  Set by ``live_state``
+    # (``LiveSchedule.moved``).
+    block_moved: frozenset[int] = frozenset()
+    # `ann` as the codec has it (any key on any block or loop) and no `block_moved` rule: the constraint before
+    # session 33 (``constrained.ANNOTATION_AND_MOVE_RULES`` False, the bench's +noannmove)
+    any_annotation: bool = False
 
 
 def _int(x: Any) -> int | None:
@@ -617,11 +626,12 @@ class LiveSchedule:
     # the structural hash of ``sch.mod`` when it was made: TVM may write into a schedule's nodes through a copy of it
     # (tvmx/schedule.py), so ``extend`` checks it before building on this schedule
     fingerprint: int | None = None
-    # the names of SamplePerfectTile's outputs, of the loops a Split by them made, and of the blocks TransformBlockLayout
-    # transformed (``once_facts``)
+    # the names of SamplePerfectTile's outputs, of the loops a Split by them made, of the blocks TransformBlockLayout
+    # transformed and of those ComputeAt or ReverseComputeAt moved (``once_facts``)
     tile_values: frozenset[str] = frozenset()
     tiled: frozenset[str] = frozenset()
     relaid: frozenset[str] = frozenset()
+    moved: frozenset[str] = frozenset()
 
 
 def replay(mod: Any, trace_json: list) -> LiveSchedule:
@@ -725,16 +735,17 @@ def extend(live: LiveSchedule, json_insts: list, decisions: list) -> LiveSchedul
     rvs = dict(live.rvs)
     rvs.update(_outputs(trace_json[0][len(preamble):], applied[len(preamble):]))
     return LiveSchedule(sch, rvs, live.n_insts + len(json_insts), set(live.dead), fingerprint(sch.mod),
-                        **once_facts(json_insts, live.tile_values, live.tiled, live.relaid))
+                        **once_facts(json_insts, live.tile_values, live.tiled, live.relaid, live.moved))
 
 
 def once_facts(json_insts: list, values: frozenset[str] = frozenset(), loops: frozenset[str] = frozenset(),
-                  blocks: frozenset[str] = frozenset()) -> dict[str, frozenset[str]]:
+               blocks: frozenset[str] = frozenset(), moved: frozenset[str] = frozenset()) -> dict[str, frozenset[str]]:
     """After ``json_insts`` (following a prefix whose SamplePerfectTile outputs are ``values``, whose perfect-tile
-    loops are ``loops`` and whose relaid blocks are ``blocks``): ``tile_values``, the names SamplePerfectTile defined;
-    ``tiled``, the loops a Split by one of them made (a `tile` line's); ``relaid``, the blocks TransformBlockLayout
-    took (a `blayout` line's)."""
-    vals, tiled, relaid = set(values), set(loops), set(blocks)
+    loops are ``loops``, whose relaid blocks are ``blocks`` and whose moved blocks are ``moved``): ``tile_values``, the
+    names SamplePerfectTile defined; ``tiled``, the loops a Split by one of them made (a `tile` line's); ``relaid``, the
+    blocks TransformBlockLayout took (a `blayout` line's); ``moved``, the blocks ComputeAt or ReverseComputeAt took (an
+    `at`/`rat` line's)."""
+    vals, tiled, relaid, went = set(values), set(loops), set(blocks), set(moved)
     for inst in json_insts:
         kind, ins, outs = inst[0], inst[1], inst[3]
         if kind == "SamplePerfectTile":
@@ -743,7 +754,10 @@ def once_facts(json_insts: list, values: frozenset[str] = frozenset(), loops: fr
             tiled.update(o for o in outs if o != "_")
         elif kind == "TransformBlockLayout" and ins and isinstance(ins[0], str):
             relaid.add(ins[0])
-    return {"tile_values": frozenset(vals), "tiled": frozenset(tiled), "relaid": frozenset(relaid)}
+        elif kind in ("ComputeAt", "ReverseComputeAt") and ins and isinstance(ins[0], str):
+            went.add(ins[0])
+    return {"tile_values": frozenset(vals), "tiled": frozenset(tiled), "relaid": frozenset(relaid),
+            "moved": frozenset(went)}
 
 
 def live_state(live: LiveSchedule) -> ScheduleState:
@@ -760,6 +774,7 @@ def live_state(live: LiveSchedule) -> ScheduleState:
     state = state_of(live.sch, list(live.rvs.values()), live.dead)
     state.loop_tiled = script_indices(LoopRV, live.tiled, state.loops)
     state.block_relaid = script_indices(SBlockRV, live.relaid, state.blocks)
+    state.block_moved = script_indices(SBlockRV, live.moved, state.blocks)
     return state
 
 

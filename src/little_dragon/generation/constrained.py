@@ -396,6 +396,11 @@ END_WAIT_STEPS: int | None = None
 # checked at the bounds line only (``thread_bounds``; before session 32, and the bench's +nothreadfactors).
 THREAD_FACTORS = True
 
+# [annotation keys] `ann` of MetaSchedule's keys on their kind of object, no block annotated again with a key it carries
+# (``grammar_line._annotate_rules``), and [move once] no block moved again by `at`/`rat` (``ScheduleState.block_moved``);
+# False: the codec's `ann` and moves (before session 33, and the bench's +noannmove).
+ANNOTATION_AND_MOVE_RULES = True
+
 
 def _end_wait(device: Any) -> int:
     """The steps an attempt holds at `post *` for its end check's verdict, for a model on ``device`` (``END_WAIT_STEPS``)."""
@@ -911,6 +916,8 @@ class ScriptConstraint:
             _STATES.put(key, hit)
         if isinstance(hit, BaseException):
             raise hit
+        if not ANNOTATION_AND_MOVE_RULES:
+            return dataclasses.replace(hit, block_moved=frozenset(), any_annotation=True)
         return hit
 
     def _kill(self, what: str, e: BaseException | str) -> None:

@@ -348,7 +348,8 @@ CPU_SCOPES = ("global", "local")
 def _compute_at_rules(state: ScheduleState) -> list[str]:
     """[compute-at] `at b l` / `rat b l`: l one of the loops TVM's checks take for b (in b's scope, not above it, and
     with every consumer of b under it for `at` (``ScheduleState.compute_at``), every producer for `rat`
-    (``reverse_compute_at``)); the codec's rule (any loop, no root) where those are not known."""
+    (``reverse_compute_at``)); the codec's rule (any loop, no root) where those are not known.  [move once] Never a
+    block an `at`/`rat` line moved (``ScheduleState.block_moved``)."""
     if state.compute_at is None:
         return [_fixed_form(_base_rule("k_at")), _fixed_form(_base_rule("k_rat"))]
     rules = []
@@ -357,7 +358,7 @@ def _compute_at_rules(state: ScheduleState) -> list[str]:
                               else state.compute_at)):
         alts = []
         for k, loops in sorted(table.items()):
-            if k in state.blocks and loops:
+            if k in state.blocks and loops and k not in state.block_moved:  # [move once] ``block_moved``
                 alts.append(f"{tag}_b{k}")
                 rules.append(f'{tag}_b{k}: "b{k}" (' + " | ".join(f'" l{m}"' for m in loops) + ")")
         rules += [_narrowed(name, "BREF LREF", "(" + " | ".join(alts) + ")")] if alts else _unreachable(name)
@@ -387,6 +388,46 @@ def key_forms(key: str) -> list[str]:
         forms.append(key)
     forms.append(json.dumps(key))
     return forms
+
+
+# [annotation keys] The keys MetaSchedule's schedule rules and post-processors annotate, by what carries them: these on
+# loops (the unroll pragmas RewriteParallelVectorizeUnroll writes, the software pipeline), every other key of the
+# codec's table on blocks.  Every `ann` of the H200, t64 and llvm harvests (1,911 traces, 18 keys) is one of these, on
+# its kind of object, and none annotates a block with a key it already carries (a loop may be: RewriteParallel-
+# VectorizeUnroll writes its pragmas on the outer loop of every block, once for each of the blocks that share it).  Any
+# other key is one TVM's passes do not read (the line changes nothing), and a key again on a block overwrites the
+# earlier line: session 32's H100 A/B had attempts
+# write `ann l5 successivlycyclec []`, `ann l8 minthreads 32` and `ann b1 maxthreads 1024` five times on their way to
+# the step cap, one of them its batch's last row for 764 of 2,150 steps.
+LOOP_KEYS = ("pragma_auto_unroll_max_step", "pragma_unroll_explicit", "software_pipeline_stage",
+             "software_pipeline_order", "software_pipeline_async_stages")
+BLOCK_KEYS = tuple(k for k in KEY_ABBREV if k not in LOOP_KEYS)
+
+
+def _annotate_rules(state: ScheduleState) -> list[str]:
+    """[annotation keys] ``ann <block or loop> <key> <value>`` and ``ann <block or loop> <key> cat ..``: a key of
+    ``BLOCK_KEYS`` on a block, one the block does not carry yet (``state.annotations``), of ``LOOP_KEYS`` on a loop.  The variables are grouped by the keys left to them (most carry none of these: a few
+    groups); the key is written with the spaces around it (``ANNKEY<i>``: a word run into the variable or into the
+    value would be read as one longer word)."""
+    if state.any_annotation:  # the codec's rules (``ScheduleState.any_annotation``)
+        return ['k_anncat: "ann" ref_bl key "cat" catsel', _narrowed("k_ann", "key value", "key avalue")]
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for tag, live, keys in (("b", state.blocks, BLOCK_KEYS), ("l", state.loops, LOOP_KEYS)):
+        for k in sorted(live):
+            ref = f"{tag}{k}"
+            left = keys if tag == "l" else tuple(key for key in keys if key not in state.annotations.get(ref, ()))
+            if left:
+                groups.setdefault(left, []).append(ref)
+    if not groups:
+        return _unreachable("k_ann") + _unreachable("k_anncat")
+    alts, rules = [], []
+    for i, (keys, refs) in enumerate(groups.items()):
+        alts.append(f"annto{i}")
+        rules.append(f"annto{i}: ANNREF{i} ANNKEY{i}")
+        rules.append(f"ANNREF{i}: " + _alts(refs))
+        rules.append(f"ANNKEY{i}: " + _alts([f" {form} " for key in keys for form in key_forms(key)]))
+    rules.append("annto: " + " | ".join(alts))
+    return ['k_ann: "ann" annto avalue', 'k_anncat: "ann" annto "cat" catsel', *rules]
 
 
 def _unannotate_rules(state: ScheduleState) -> list[str]:
@@ -470,7 +511,7 @@ _DECODER_RULES = [
     "COUNT: / (409[0-6]|40[0-8][0-9]|[1-3][0-9][0-9][0-9]|[1-9]?[0-9]?[0-9])/",
     'k_outblks: "outblks" ref_bl COUNT',
     'k_loc: "loc" BNROOT decision?',
-    'k_atloc: "at" BNROOT decision',
+    'k_atloc: "at" BMOVE decision',
     # [split factors] a literal factor is positive ("All the constant factors are required to be positive": 8 of the
     # lines session 24's CPU sealed seed drew again wrote a 0)
     "factor: NONE | PINT | VREF",
@@ -560,11 +601,10 @@ def _fixed_rules() -> str:
     # (never in a trace: MetaSchedule decides every sample) is its candidates alone
     out.append('k_cat: "cat" (catsel | SINT+ | CANDNAME)')
     out.append("CANDNAME: " + _alts(sorted(CANDIDATES)))
-    out.append('k_anncat: "ann" ref_bl key "cat" catsel')
     # [annotation values] TVM's Annotate takes a literal, a value variable or a list, never a block or loop variable
     # ("Only strings, integers, floats, ExprRVs and Arrays are supported ... gets: s_tir.LoopRV": 3 of 12 apply
-    # errors of a session 19 CPU sealed seed, `ann b1bind l6`, `ann b2cons b0`)
-    out.append(_narrowed("k_ann", "key value", "key avalue"))
+    # errors of a session 19 CPU sealed seed, `ann b1bind l6`, `ann b2cons b0`); `k_ann` and `k_anncat` themselves
+    # are the state's (``_annotate_rules``)
     out.append("avalue: INT | FLOAT | STRING | SYM | VREF | NONE | TRUE | FALSE | list")
     out += _cat_rules()
     return "\n".join(out) + "\n"
@@ -614,7 +654,7 @@ def _narrowed(name: str, old: str, new: str) -> str:
 
 
 _SYNTAX_ONLY = "\n".join([
-    "BREF: /b[0-9]+/", "BNROOT: /b[0-9]+/", "BLAYOUT: /b[0-9]+/", "LREF: /l[0-9]+/", "VREF: /v[0-9]+/",
+    "BREF: /b[0-9]+/", "BNROOT: /b[0-9]+/", "BLAYOUT: /b[0-9]+/", "BMOVE: /b[0-9]+/", "LREF: /l[0-9]+/", "VREF: /v[0-9]+/",
     'k_blk: "blk" name o_fn?', 'k_loops: "loops" BREF COUNT', 'k_kids: "kids" ref_bl COUNT',
     'k_prods: "prods" BREF COUNT', 'k_cons: "cons" BREF COUNT', 'k_cread: "cread" BREF SINT name o_c?',
     'k_cwrite: "cwrite" BREF SINT name o_c?', 'k_tile: "tile" LREF o_m? pdecision'])
@@ -722,6 +762,7 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.n_writes.items())), tuple(sorted(state.loop_iters.items())),
             tuple(sorted(state.loop_child.items())), tuple(sorted(state.loop_pinned)), tuple(sorted(state.loop_bound)),
             tuple(sorted(state.lookup_run)), tuple(sorted(state.loop_tiled)), tuple(sorted(state.block_relaid)),
+            tuple(sorted(state.block_moved)), state.any_annotation,
             tuple(sorted(state.not_inlinable)),
             tuple(sorted((k, tuple(sorted(v))) for k, v in state.loop_nested_axes.items())),
             tuple(sorted(state.root_blocks)), tuple(sorted((k, tuple(sorted(v))) for k, v in state.annotations.items())),
@@ -932,6 +973,7 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
                     tile_threads: tuple[int, ...] = ()) -> str:
     if state is None:
         return "\n".join([_SYNTAX_ONLY, *(_base_rule(r) for r in _CODEC_AS_IS), _base_rule("k_unann"),
+                          'k_anncat: "ann" ref_bl key "cat" catsel', _narrowed("k_ann", "key value", "key avalue"),
                           _fixed_form(_base_rule("k_rfactor")), _base_rule("k_post"),
                           _fixed_form(_base_rule("k_at")), _fixed_form(_base_rule("k_rat")),
                           *(_fixed_form(_base_rule(r)) for r in _BUFFER_KINDS), _reorder_rule(reorder_derived),
@@ -942,6 +984,9 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     # [blayout once] MetaSchedule transforms a block's layout once (``ScheduleState.block_relaid``)
     out.append("BLAYOUT: " + _alts([f"b{k}" for k in sorted(state.blocks)
                                     if k not in state.root_blocks and k not in state.block_relaid]))
+    # [move once] MetaSchedule moves a block once (``ScheduleState.block_moved``): `at b = k` of another block
+    out.append("BMOVE: " + _alts([f"b{k}" for k in sorted(state.blocks)
+                                  if k not in state.root_blocks and k not in state.block_moved]))
     out.append("LREF: " + _alts([f"l{k}" for k in sorted(state.loops)]))
     out.append("VREF: " + _alts([f"v{k}" for k in range(state.n_values)]))
     names = []
@@ -970,6 +1015,7 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     out += _target_rules(state)
     out += _compute_at_rules(state)
     out += _unannotate_rules(state)
+    out += _annotate_rules(state)
     # [tile once] a loop a `tile` line made is not tiled again (``ScheduleState.loop_tiled``)
     out += _tile_rules({k: e for k, e in state.loops.items() if k not in state.loop_tiled}, tile_counts, tile_loops,
                        state.loop_iters, tile_threads)
