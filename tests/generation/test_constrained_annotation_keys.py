@@ -1,9 +1,10 @@
-"""`ann` under the constraint (issue 16, session 33): MetaSchedule's annotation keys only, each on the kind of object
-MetaSchedule writes it on (``grammar_line.BLOCK_KEYS``, ``LOOP_KEYS``), and no block annotated again with a key it
-carries.  TVM annotates anything with any key; session 32's H100 A/B had an attempt write `ann l5 successivlycyclec []`,
+"""`ann` under the constraint (issue 16, session 33): MetaSchedule's annotation keys only, each at the place (the root
+block, another block, a loop) and for the targets MetaSchedule writes it (``grammar_line.ANNOTATION_PLACES``), `ann ..
+cat` with the keys it samples only, and no block annotated again with a key it carries.  TVM annotates anything with any key; session 32's H100 A/B had an attempt write `ann l5 successivlycyclec []`,
 `ann l8 minthreads 32` and `ann b1 maxthreads 1024` five times until the step cap cut it, its row the batch's last
-for 764 of 2,150 steps.  Every `ann` of the H200, t64 and llvm harvests is one of the table's keys on its kind of
-object, and none on a block that carries the key (the real-records tests accept every record token by token).
+for 764 of 2,150 steps; with the keys alone narrowed, session 33's sealed run had attempts walk the table on a CUDA
+kernel's root block (`ann b3 preproc cat ..`, `producer cat`, `parallel cat`).  Every `ann` of the H200, t64 and llvm
+harvests is one of the table's keys at its place and target, and none on a block that carries the key (the real-records tests accept every record token by token).
 
 Real parts only: the committed CUDA MetaSchedule database (tests/codec/data), the codec, TVM's verdicts on a fresh
 schedule, llguidance, SmolLM2's tokenizer.
@@ -26,12 +27,16 @@ def _after_real_ann(limit: int):
             yield mod, wl, head + line + "\n", int(m.group(1))
 
 
-def test_mapping_of_keys_is_metaschedules_and_covers_the_codecs_table():
+def test_the_places_cover_the_codecs_table():
     from little_dragon.codec.kinds import KEY_ABBREV
-    from little_dragon.generation.grammar_line import BLOCK_KEYS, LOOP_KEYS
+    from little_dragon.generation.grammar_line import ANNOTATION_PLACES, CATEGORICAL_KEYS, keys_at
 
-    assert set(BLOCK_KEYS) | set(LOOP_KEYS) == set(KEY_ABBREV) and not set(BLOCK_KEYS) & set(LOOP_KEYS)
-    assert "meta_schedule.tiling_structure" in BLOCK_KEYS and "software_pipeline_stage" in LOOP_KEYS
+    assert set(ANNOTATION_PLACES) == set(KEY_ABBREV) and set(CATEGORICAL_KEYS) <= set(KEY_ABBREV)
+    assert keys_at("root", cpu=False) == ("meta_schedule.unroll_explicit", "meta_schedule.unroll_implicit")
+    assert "meta_schedule.parallel" in keys_at("root", cpu=True)
+    assert "meta_schedule.cooperative_fetch" in keys_at("block", cpu=False)
+    assert "meta_schedule.cooperative_fetch" not in keys_at("block", cpu=True)
+    assert "software_pipeline_stage" in keys_at("loop", cpu=False)
 
 
 def test_an_unknown_key_and_a_block_key_on_a_loop_are_refused_though_tvm_applies_them(engine, smollm2):
@@ -47,16 +52,33 @@ def test_an_unknown_key_and_a_block_key_on_a_loop_are_refused_though_tvm_applies
                     f"ann b{k} onaversec 2\n"):
             assert not allowed_by_mask(engine, wl, smollm2, head + bad), bad
             assert tvm_accepts(mod, head + bad), f"TVM applies {bad!r}: the rule is the constraint's"
-        for good in (f"ann l{loop} stage [0 0 2]\n", f"ann b{k} minthreads 32\n", f"ann b{k} unroll cat unroll_gpu = 1\n"):
+        for good in (f"ann l{loop} stage [0 0 2]\n", f"ann b{k} minthreads 32\n", f"ann b{k} fetch cat lanes = 1\n"):
             assert allowed_by_mask(engine, wl, smollm2, head + good), good
         checked += 1
     assert checked == 2
 
 
+def test_the_root_takes_one_unroll_key_and_no_table_walk(engine, smollm2):
+    """On a CUDA kernel's root block: `ann <root> unroll cat unroll_gpu = 1` is allowed, a key of another place or target
+    (`preproc`, `parallel`, `minthreads`) is refused, as is a block's key sampled (`ann b<k> minthreads cat ..`); once the
+    root carries `unroll`, `unroll_implicit` (MetaSchedule writes one of the two) is refused too.  TVM applies them all."""
+    mod, wl, head, k = next(_after_real_ann(1))
+    (root,) = prefix_state(mod, head).root_blocks
+    unroll = head + f"ann b{root} unroll cat unroll_gpu = 1\n"
+    assert allowed_by_mask(engine, wl, smollm2, unroll)
+    for bad in (f"ann b{root} preproc cat unroll_gpu = 1\n", f"ann b{root} parallel 1\n",
+                f"ann b{root} minthreads 32\n", f"ann b{k} minthreads cat unroll_gpu = 1\n"):
+        assert not allowed_by_mask(engine, wl, smollm2, head + bad), bad
+        assert tvm_accepts(mod, head + bad), bad
+    again = unroll + f"ann b{root} unroll_implicit cat unroll_gpu = 2\n"
+    assert not allowed_by_mask(engine, wl, smollm2, again) and tvm_accepts(mod, again)
+
+
 def test_a_block_is_not_annotated_again_with_a_key_it_carries(engine, smollm2):
     """Right after the real `ann b<k> tiling ..`: the state has the key on the block, and `ann b<k> tiling ..` again
-    (TVM overwrites it) is refused, in every form the decoder reads the key in (`tiling`, `.tiling_structure`, quoted),
-    and so is its fold with `cat`; a key the block does not carry yet stays allowed."""
+    (TVM overwrites it) is refused, in every form the decoder reads the key in (`tiling`, `.tiling_structure`, quoted:
+    the line grammar has the encoder's word only), and so is its fold with `cat`; a key the block does not carry yet
+    stays allowed."""
     from little_dragon.generation.grammar_line import key_forms
 
     checked = 0
@@ -69,6 +91,7 @@ def test_a_block_is_not_annotated_again_with_a_key_it_carries(engine, smollm2):
             assert tvm_accepts(mod, again), again
         assert not allowed_by_mask(engine, wl, smollm2, head + f"ann b{k} tiling cat 1 2 = 0\n")
         assert allowed_by_mask(engine, wl, smollm2, head + f"ann b{k} maxthreads 1024\n")
+        assert not allowed_by_mask(engine, wl, smollm2, head + f'ann b{k} "meta_schedule.thread_extent_high_inclusive" 1024\n')
         checked += 1
     assert checked == 2
 

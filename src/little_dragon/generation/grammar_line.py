@@ -390,44 +390,89 @@ def key_forms(key: str) -> list[str]:
     return forms
 
 
-# [annotation keys] The keys MetaSchedule's schedule rules and post-processors annotate, by what carries them: these on
-# loops (the unroll pragmas RewriteParallelVectorizeUnroll writes, the software pipeline), every other key of the
-# codec's table on blocks.  Every `ann` of the H200, t64 and llvm harvests (1,911 traces, 18 keys) is one of these, on
-# its kind of object, and none annotates a block with a key it already carries (a loop may be: RewriteParallel-
-# VectorizeUnroll writes its pragmas on the outer loop of every block, once for each of the blocks that share it).  Any
-# other key is one TVM's passes do not read (the line changes nothing), and a key again on a block overwrites the
-# earlier line: session 32's H100 A/B had attempts
-# write `ann l5 successivlycyclec []`, `ann l8 minthreads 32` and `ann b1 maxthreads 1024` five times on their way to
-# the step cap, one of them its batch's last row for 764 of 2,150 steps.
-LOOP_KEYS = ("pragma_auto_unroll_max_step", "pragma_unroll_explicit", "software_pipeline_stage",
-             "software_pipeline_order", "software_pipeline_async_stages")
-BLOCK_KEYS = tuple(k for k in KEY_ABBREV if k not in LOOP_KEYS)
+# [annotation keys] Where MetaSchedule's schedule rules and post-processors annotate each key of the codec's table: on
+# the root block (ParallelVectorizeUnroll), on another block (the tiling rules, RandomComputeLocation, RewriteLayout) or
+# on a loop (RewriteParallelVectorizeUnroll's pragmas, the software pipeline), and for which targets (the GPU rules
+# bind threads and fetch cooperatively; the CPU ones parallelize and rewrite layouts).  Every `ann` of the H200, t64
+# and llvm harvests (1,911 traces, 18 keys) is a key of this table at its place and target; the `ann .. cat` folds are
+# the `CATEGORICAL_KEYS` only (3,008 cooperative fetches, 1,904 unrolls); no block is annotated again with a key it
+# carries, nor with both unroll keys (a loop may be: RewriteParallelVectorizeUnroll writes its pragmas on the outer loop
+# of every block, once for each of the blocks that share it).  Any other key is one TVM's passes do not read (the line
+# changes nothing); a key again on a block overwrites the earlier line.  Session 32's H100 A/B had an attempt write
+# `ann l5 successivlycyclec []`, `ann l8 minthreads 32` and `ann b1 maxthreads 1024` five times on its way to the step
+# cap (its row the batch's last for 764 of 2,150 steps); with the keys narrowed to the table only, session 33's sealed
+# run had attempts walk the table (`ann b3 unroll_implicit cat ..`, `preproc cat`, `producer cat`, `parallel cat` on
+# the root block of a CUDA kernel, one line each) until the step cap.
+ANNOTATION_PLACES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "meta_schedule.unroll_explicit": ("root", ("cpu", "gpu")),
+    "meta_schedule.unroll_implicit": ("root", ("cpu", "gpu")),
+    "meta_schedule.parallel": ("root", ("cpu",)),
+    "meta_schedule.vectorize": ("root", ("cpu",)),
+    "meta_schedule.tiling_structure": ("block", ("cpu", "gpu")),
+    "meta_schedule.auto_tensorize": ("block", ("cpu", "gpu")),
+    "meta_schedule.auto_tensorize_init": ("block", ("cpu", "gpu")),
+    "warp_execution": ("block", ("gpu",)),
+    "meta_schedule.thread_extent_low_inclusive": ("block", ("gpu",)),
+    "meta_schedule.thread_extent_high_inclusive": ("block", ("gpu",)),
+    "meta_schedule.cooperative_fetch": ("block", ("gpu",)),
+    "meta_schedule.random_compute_producer": ("block", ("cpu",)),
+    "meta_schedule.layout_rewrite_preproc": ("block", ("cpu",)),
+    "pragma_auto_unroll_max_step": ("loop", ("cpu", "gpu")),
+    "pragma_unroll_explicit": ("loop", ("cpu", "gpu")),
+    "software_pipeline_stage": ("loop", ("gpu",)),
+    "software_pipeline_order": ("loop", ("gpu",)),
+    "software_pipeline_async_stages": ("loop", ("gpu",)),
+}
+# the keys MetaSchedule annotates with a sampled value (`ann .. cat`), and the two unroll keys, of which it writes one
+CATEGORICAL_KEYS = ("meta_schedule.unroll_explicit", "meta_schedule.unroll_implicit", "meta_schedule.cooperative_fetch")
+_EXCLUSIVE = {"meta_schedule.unroll_explicit": "meta_schedule.unroll_implicit",
+              "meta_schedule.unroll_implicit": "meta_schedule.unroll_explicit"}
+
+
+def keys_at(place: str, cpu: bool) -> tuple[str, ...]:
+    """The keys MetaSchedule annotates at ``place`` ("root", "block", "loop") on a CPU or a GPU target."""
+    target = "cpu" if cpu else "gpu"
+    return tuple(k for k, (at, targets) in ANNOTATION_PLACES.items() if at == place and target in targets)
 
 
 def _annotate_rules(state: ScheduleState) -> list[str]:
-    """[annotation keys] ``ann <block or loop> <key> <value>`` and ``ann <block or loop> <key> cat ..``: a key of
-    ``BLOCK_KEYS`` on a block, one the block does not carry yet (``state.annotations``), of ``LOOP_KEYS`` on a loop.  The variables are grouped by the keys left to them (most carry none of these: a few
-    groups); the key is written with the spaces around it (``ANNKEY<i>``: a word run into the variable or into the
-    value would be read as one longer word)."""
+    """[annotation keys] ``ann <block or loop> <key> <value>``: a key of ``ANNOTATION_PLACES`` at the place and target
+    MetaSchedule writes it, on a block one the block does not carry yet (nor the other unroll key); ``ann <block> <key>
+    cat ..``: the same with a key of ``CATEGORICAL_KEYS``.  The blocks are grouped by the keys left to them (a few
+    groups); the key is the encoder's word with the spaces around it (``_key_terminal``: a word run into the variable
+    or into the value would be read as one longer word)."""
     if state.any_annotation:  # the codec's rules (``ScheduleState.any_annotation``)
         return ['k_anncat: "ann" ref_bl key "cat" catsel', _narrowed("k_ann", "key value", "key avalue")]
     groups: dict[tuple[str, ...], list[str]] = {}
-    for tag, live, keys in (("b", state.blocks, BLOCK_KEYS), ("l", state.loops, LOOP_KEYS)):
-        for k in sorted(live):
-            ref = f"{tag}{k}"
-            left = keys if tag == "l" else tuple(key for key in keys if key not in state.annotations.get(ref, ()))
-            if left:
-                groups.setdefault(left, []).append(ref)
-    if not groups:
-        return _unreachable("k_ann") + _unreachable("k_anncat")
-    alts, rules = [], []
+    for k in sorted(state.blocks):
+        carried = state.annotations.get(f"b{k}", frozenset())
+        carried = carried | {_EXCLUSIVE[c] for c in carried if c in _EXCLUSIVE}
+        keys = keys_at("root" if k in state.root_blocks else "block", state.cpu)
+        left = tuple(key for key in keys if key not in carried)
+        if left:
+            groups.setdefault(left, []).append(f"b{k}")
+    # every live loop takes the loop keys: `LREF` itself (a second list of every loop costs each line's compile)
+    loop_keys = keys_at("loop", state.cpu)
+    alts, rules = (["LREF ANNKEYL"], [f"ANNKEYL: {_key_terminal(loop_keys)}"]) if state.loops else ([], [])
+    cats: list[str] = []
     for i, (keys, refs) in enumerate(groups.items()):
-        alts.append(f"annto{i}")
-        rules.append(f"annto{i}: ANNREF{i} ANNKEY{i}")
-        rules.append(f"ANNREF{i}: " + _alts(refs))
-        rules.append(f"ANNKEY{i}: " + _alts([f" {form} " for key in keys for form in key_forms(key)]))
-    rules.append("annto: " + " | ".join(alts))
-    return ['k_ann: "ann" annto avalue', 'k_anncat: "ann" annto "cat" catsel', *rules]
+        alts.append(f"ANNREF{i} ANNKEY{i}")
+        rules += [f"ANNREF{i}: " + _alts(refs), f"ANNKEY{i}: " + _key_terminal(keys)]
+        sampled = tuple(key for key in keys if key in CATEGORICAL_KEYS)
+        if sampled:
+            cats.append(f"ANNREF{i} ANNCAT{i}")
+            rules.append(f"ANNCAT{i}: " + _key_terminal(sampled))
+    out = ['k_ann: "ann" annto avalue', "annto: " + " | ".join(alts)] if alts else _unreachable("k_ann")
+    out += ['k_anncat: "ann" anncatto "cat" catsel', "anncatto: " + " | ".join(cats)] if cats else \
+        _unreachable("k_anncat")
+    return out + rules
+
+
+def _key_terminal(keys: tuple[str, ...]) -> str:
+    """The keys ``keys`` as the encoder writes them (the codec table's word: ``KEY_ABBREV`` has every one), each with
+    the spaces around it.  The decoder reads a key in other forms too (``key_forms``); allowing them all made every
+    line grammar's compile 7% dearer, for forms no encoded script has."""
+    return _alts([f" {KEY_ABBREV[key]} " for key in keys])
 
 
 def _unannotate_rules(state: ScheduleState) -> list[str]:
