@@ -175,12 +175,12 @@ def test_forbids_a_bad_block_name_a_non_dividing_tile_and_unknown_variables(smol
     assert not _allowed(engine, wl, good + "par l0\n", smollm2)
     assert _allowed(engine, wl, good + "par l3\n", smollm2)
     # categorical decisions index their candidates
-    assert _allowed(engine, wl, "blk root\nann b0 .unroll_explicit cat unroll = 3\n", smollm2)
-    assert not _allowed(engine, wl, "blk root\nann b0 .unroll_explicit cat unroll = 4\n", smollm2)
-    assert not _allowed(engine, wl, "blk root\nann b0 .unroll_explicit cat 0 16 = 2\n", smollm2)
-    assert _allowed(engine, wl, "blk root\nann b0 .unroll_explicit cat 0 16 64 = 2\n", smollm2)
+    assert _allowed(engine, wl, "blk root\nann b0 unroll cat unroll = 3\n", smollm2)
+    assert not _allowed(engine, wl, "blk root\nann b0 unroll cat unroll = 4\n", smollm2)
+    assert not _allowed(engine, wl, "blk root\nann b0 unroll cat 0 16 = 2\n", smollm2)
+    assert _allowed(engine, wl, "blk root\nann b0 unroll cat 0 16 64 = 2\n", smollm2)
     many = " ".join(str(i) for i in range(20))
-    assert _allowed(engine, wl, f"blk root\nann b0 .unroll_explicit cat {many} = 19\n", smollm2)
+    assert _allowed(engine, wl, f"blk root\nann b0 unroll cat {many} = 19\n", smollm2)
     # l10 carries the reduction iter k: par/vec/a block bind are masked (TVM's iter-type rule), a threadIdx bind
     # (cross-thread reduction) is not, on a GPU (on this llvm workload no GPU thread at all: the target rule)
     gpu = Workload(wl.mod, json.dumps({"kind": "cuda", "arch": "sm_90"}))
@@ -195,7 +195,7 @@ def test_forbids_a_bad_block_name_a_non_dividing_tile_and_unknown_variables(smol
         assert not tvm_accepts(wl.mod, good + line), line
         assert not _allowed(engine, wl, good + line, smollm2), line
     assert _allowed(engine, wl, good + "ann l3 max_step 16\n", smollm2)
-    assert _allowed(engine, wl, good + 'ann b0 key "x"\n', smollm2)
+    assert _allowed(engine, wl, good + 'ann b0 tiling "x"\n', smollm2)
     # fuse joins a loop with its only child, outer first (l6..l10 = i0 i1 i2 j k): TVM's Fuse refuses the others
     assert not _allowed(engine, wl, good + "loops b0 5\nfuse l6 l9\n", smollm2)
     assert not _allowed(engine, wl, good + "loops b0 5\nfuse l7 l6\n", smollm2)

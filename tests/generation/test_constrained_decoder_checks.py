@@ -113,7 +113,7 @@ def test_inside_a_tiling_a_loop_takes_the_level_count_of_its_iter_kind(conv, eng
 DECODER_CHECKS = {
     "identifiers run together: a block name and an option": ('blk conv2d_nhwcfn="main"', 'blk conv2d_nhwc fn="main"'),
     "identifiers run together: a variable and a value": ("pad b10", "pad b1 0"),
-    "identifiers run together: list elements": ("ann b1 k [b10]", "ann b1 k [b1 0]"),
+    "identifiers run together: list elements": ("ann b1 producer [b10]", "ann b1 producer [b1 0]"),
     "an attribute value is a literal": ("split l0 _ 1 pui=b1", "split l0 _ 1 pui=0"),
     "an attribute value is a literal (pad)": ("pad b1 b2", "pad b1 [1]"),
     "one integer decision": ("at b1 = 1 2", "at b1 = 1"),
@@ -123,7 +123,7 @@ DECODER_CHECKS = {
     "ptile: as many sizes as n=": ("ptile l0 n=3 = 1 2", "ptile l0 n=2"),
     "a count within the output limit": ("kids l0 5000", "kids l0 1"),
     "a known tensor intrinsic": ("tensorize b1 $syn", "tensorize b1 $sync"),
-    "a JSON string": ('ann b1 k "a\\q"', 'ann b1 k "a\\n"'),
+    "a JSON string": ('ann b1 producer "a\\q"', 'ann b1 producer "a\\n"'),
 }
 
 

@@ -390,6 +390,12 @@ class RecordingBack(Recording):
         return drop, start
 
 
+# compute-at lines TVM refuses and the line grammar allows: a sampled location past the block's locations (`loc b = 23`:
+# the count is TVM's verdict at the line's end) and moves under loops outside the block's scope (a block moved again,
+# which TVM refused here, is the grammar's refusal since session 33)
+FOND_OF_REFUSED = "blk C\nloops b0 3\nloc b0 = 23\nat b0 l1\nrat b0 l2\nat b1 l2\nloc b1 = 23\n"
+
+
 def _fond_of(model, tok, text: str, boost: float):
     """A copy of ``model`` whose output layer gets a bias of ``boost`` on every token (2+ characters) of ``text``: a
     model that often writes compute-at lines TVM refuses (the random model mostly writes lines it accepts, or none)."""
@@ -434,7 +440,7 @@ def test_a_refused_line_is_drawn_again_as_if_it_never_was(setup):
     from little_dragon.generation.shared_prefix import sample_token_ids
 
     model, tok, prompts = setup
-    model = _fond_of(model, tok, "blk C\nloops b0 3\nat b0 l1\nrat b0 l2\nat b1 l2\n", 6.0)
+    model = _fond_of(model, tok, FOND_OF_REFUSED, 6.0)
     k, temperature, retries = 4, 1.0, 3
     for checked in (False, True):
         hook = constrained.ConstrainedDecoding(tok, line_retries=retries)
@@ -485,7 +491,7 @@ def test_the_constraint_processes_sample_what_the_thread_samples(setup):
     from little_dragon.generation.constraint_process import process_cores
 
     model, tok, prompts = setup
-    model = _fond_of(model, tok, "blk C\nloops b0 3\nat b0 l1\nrat b0 l2\nat b1 l2\n", 6.0)
+    model = _fond_of(model, tok, FOND_OF_REFUSED, 6.0)
     for checked, counts in ((False, (0, 1, 2)), (True, (0, 2))):
         runs = []
         for processes in counts:
