@@ -2,8 +2,8 @@
 block, another block, a loop) and for the targets MetaSchedule writes it (``grammar_line.ANNOTATION_PLACES``), `ann ..
 cat` with the keys it samples only, and no block annotated again with a key it carries.  TVM annotates anything with any key; session 32's H100 A/B had an attempt write `ann l5 successivlycyclec []`,
 `ann l8 minthreads 32` and `ann b1 maxthreads 1024` five times until the step cap cut it, its row the batch's last
-for 764 of 2,150 steps; with the keys alone narrowed, session 33's sealed run had attempts walk the table on a CUDA
-kernel's root block (`ann b3 preproc cat ..`, `producer cat`, `parallel cat`).  Every `ann` of the H200, t64 and llvm
+for 764 of 2,150 steps; with the keys alone narrowed, session 33's sealed run had attempts walk the table on a block
+of a CUDA kernel, not its root (`ann b3 unroll cat ..`, `preproc cat`, `producer cat`, `parallel cat`).  Every `ann` of the H200, t64 and llvm
 harvests is one of the table's keys at its place and target, and none on a block that carries the key (the real-records tests accept every record token by token).
 
 Real parts only: the committed CUDA MetaSchedule database (tests/codec/data), the codec, TVM's verdicts on a fresh
@@ -59,15 +59,17 @@ def test_an_unknown_key_and_a_block_key_on_a_loop_are_refused_though_tvm_applies
 
 
 def test_the_root_takes_one_unroll_key_and_no_table_walk(engine, smollm2):
-    """On a CUDA kernel's root block: `ann <root> unroll cat unroll_gpu = 1` is allowed, a key of another place or target
-    (`preproc`, `parallel`, `minthreads`) is refused, as is a block's key sampled (`ann b<k> minthreads cat ..`); once the
-    root carries `unroll`, `unroll_implicit` (MetaSchedule writes one of the two) is refused too.  TVM applies them all."""
+    """On a CUDA kernel: `ann <root> unroll cat unroll_gpu = 1` is allowed, a key of another place or target on the root
+    (`preproc`, `parallel`, `minthreads`) is refused, as are a root's key on another block (`ann b<k> unroll cat ..`, the
+    sealed run's walk) and a block's key sampled (`ann b<k> minthreads cat ..`); once the root carries `unroll`,
+    `unroll_implicit` (MetaSchedule writes one of the two) is refused too.  TVM applies them all."""
     mod, wl, head, k = next(_after_real_ann(1))
     (root,) = prefix_state(mod, head).root_blocks
     unroll = head + f"ann b{root} unroll cat unroll_gpu = 1\n"
     assert allowed_by_mask(engine, wl, smollm2, unroll)
     for bad in (f"ann b{root} preproc cat unroll_gpu = 1\n", f"ann b{root} parallel 1\n",
-                f"ann b{root} minthreads 32\n", f"ann b{k} minthreads cat unroll_gpu = 1\n"):
+                f"ann b{root} minthreads 32\n", f"ann b{k} unroll cat unroll_gpu = 1\n",
+                f"ann b{k} minthreads cat unroll_gpu = 1\n"):
         assert not allowed_by_mask(engine, wl, smollm2, head + bad), bad
         assert tvm_accepts(mod, head + bad), bad
     again = unroll + f"ann b{root} unroll_implicit cat unroll_gpu = 2\n"

@@ -14,7 +14,10 @@ stays the codec's.  Changes, all of them narrowing:
   to what remains: the tile TVM builds is perfect, MetaSchedule's rule) — a context-free rule per divisor of the
   extent; inside a multi-level tiling the factor count of the loop's iter kind (``_tile_rules``); never of a loop
   a `tile` line made (``ScheduleState.loop_tiled``: MetaSchedule tiles a loop once); `blayout` never of a block it
-  already transformed (``ScheduleState.block_relaid``);
+  already transformed (``ScheduleState.block_relaid``); `at`/`rat` never of a block one moved (``block_moved``);
+- [annotation keys] ``ann b|l KEY ..``: a key of MetaSchedule's table at the place (root block, block, loop) and target
+  MetaSchedule writes it, in the encoder's word; ``ann .. cat``: the keys it samples; never a key the block carries
+  (``_annotate_rules``);
 - ``par``/``vec``/``bind``, ``split``/``fuse``, ``inline``: the loops and blocks TVM's primitives accept for
   their iter kinds, annotations, nesting and block kind (``_parallel_rules``, ``_split_fuse_rules``); `bind` never
   to a thread axis bound on an enclosing or nested loop (TVM accepts that, and the kernel is wrong);
@@ -401,8 +404,8 @@ def key_forms(key: str) -> list[str]:
 # changes nothing); a key again on a block overwrites the earlier line.  Session 32's H100 A/B had an attempt write
 # `ann l5 successivlycyclec []`, `ann l8 minthreads 32` and `ann b1 maxthreads 1024` five times on its way to the step
 # cap (its row the batch's last for 764 of 2,150 steps); with the keys narrowed to the table only, session 33's sealed
-# run had attempts walk the table (`ann b3 unroll_implicit cat ..`, `preproc cat`, `producer cat`, `parallel cat` on
-# the root block of a CUDA kernel, one line each) until the step cap.
+# run had attempts walk the table (`ann b3 unroll cat ..`, `unroll_implicit cat`, `preproc cat`, `producer cat`,
+# `parallel cat` on one block of a CUDA kernel that is not its root, one line each) until the step cap.
 ANNOTATION_PLACES: dict[str, tuple[str, tuple[str, ...]]] = {
     "meta_schedule.unroll_explicit": ("root", ("cpu", "gpu")),
     "meta_schedule.unroll_implicit": ("root", ("cpu", "gpu")),
