@@ -3,7 +3,7 @@ block, another block, a loop) and for the targets MetaSchedule writes it (``gram
 cat` with the keys it samples only, and no block annotated again with a key it carries.  TVM annotates anything with any key; session 32's H100 A/B had an attempt write `ann l5 successivlycyclec []`,
 `ann l8 minthreads 32` and `ann b1 maxthreads 1024` five times until the step cap cut it, its row the batch's last
 for 764 of 2,150 steps; with the keys alone narrowed, session 33's sealed run had attempts walk the table on a block
-of a CUDA kernel, not its root (`ann b3 unroll cat ..`, `preproc cat`, `producer cat`, `parallel cat`).  Every `ann` of the H200, t64 and llvm
+of a CUDA kernel (`ann b3 unroll cat ..`, `preproc cat`, `producer cat`, `minthreads cat`, `parallel cat`).  Every `ann` of the H200, t64 and llvm
 harvests is one of the table's keys at its place and target, and none on a block that carries the key (the real-records tests accept every record token by token).
 
 Real parts only: the committed CUDA MetaSchedule database (tests/codec/data), the codec, TVM's verdicts on a fresh
@@ -33,6 +33,8 @@ def test_the_places_cover_the_codecs_table():
 
     assert set(ANNOTATION_PLACES) == set(KEY_ABBREV) and set(CATEGORICAL_KEYS) <= set(KEY_ABBREV)
     assert keys_at("root", cpu=False) == ("meta_schedule.unroll_explicit", "meta_schedule.unroll_implicit")
+    assert "meta_schedule.unroll_explicit" in keys_at("block", cpu=False)
+    assert "meta_schedule.parallel" not in keys_at("block", cpu=True)
     assert "meta_schedule.parallel" in keys_at("root", cpu=True)
     assert "meta_schedule.cooperative_fetch" in keys_at("block", cpu=False)
     assert "meta_schedule.cooperative_fetch" not in keys_at("block", cpu=True)
@@ -59,17 +61,19 @@ def test_an_unknown_key_and_a_block_key_on_a_loop_are_refused_though_tvm_applies
 
 
 def test_the_root_takes_one_unroll_key_and_no_table_walk(engine, smollm2):
-    """On a CUDA kernel: `ann <root> unroll cat unroll_gpu = 1` is allowed, a key of another place or target on the root
-    (`preproc`, `parallel`, `minthreads`) is refused, as are a root's key on another block (`ann b<k> unroll cat ..`, the
-    sealed run's walk) and a block's key sampled (`ann b<k> minthreads cat ..`); once the root carries `unroll`,
-    `unroll_implicit` (MetaSchedule writes one of the two) is refused too.  TVM applies them all."""
+    """On a CUDA kernel: `ann <root> unroll cat unroll_gpu = 1` is allowed (and on another block: TVM post-processes it
+    there, and correct attempts do it), a key of another place or target on the root (`preproc`, `parallel`,
+    `minthreads`) is refused, as is a block's key sampled (`ann b<k> minthreads cat ..`, the sealed run's walk); once the
+    root carries `unroll`, `unroll_implicit` (MetaSchedule writes one of the two) is refused too.  TVM applies them
+    all."""
     mod, wl, head, k = next(_after_real_ann(1))
     (root,) = prefix_state(mod, head).root_blocks
     unroll = head + f"ann b{root} unroll cat unroll_gpu = 1\n"
     assert allowed_by_mask(engine, wl, smollm2, unroll)
+    assert allowed_by_mask(engine, wl, smollm2, head + f"ann b{k} unroll cat unroll_gpu = 1\n")
     for bad in (f"ann b{root} preproc cat unroll_gpu = 1\n", f"ann b{root} parallel 1\n",
-                f"ann b{root} minthreads 32\n", f"ann b{k} unroll cat unroll_gpu = 1\n",
-                f"ann b{k} minthreads cat unroll_gpu = 1\n"):
+                f"ann b{root} minthreads 32\n", f"ann b{k} minthreads cat unroll_gpu = 1\n",
+                f"ann b{k} preproc cat unroll_gpu = 1\n"):
         assert not allowed_by_mask(engine, wl, smollm2, head + bad), bad
         assert tvm_accepts(mod, head + bad), bad
     again = unroll + f"ann b{root} unroll_implicit cat unroll_gpu = 2\n"
@@ -107,3 +111,19 @@ def test_the_switch_restores_the_codecs_rules(engine, smollm2, monkeypatch):
     monkeypatch.setattr(constrained, "ANNOTATION_AND_MOVE_RULES", False)
     assert allowed_by_mask(engine, wl, smollm2, head + f"ann b{k} onaversec 2\n")
     assert allowed_by_mask(engine, wl, smollm2, head + f'ann b{k} tiling "SSSRRSRS"\n')
+
+
+def test_on_a_cpu_the_codecs_rules_stay(engine, smollm2):
+    """On an llvm workload the annotation-key and move-once rules do not hold (``grammar_line._gpu_once_rules``: the tiny
+    model's correct CPU attempts rely on what they forbid): after the committed llvm record's tiling annotation, the same
+    key again, a key of no place (`onaversec`) and `parallel` on that block (not the root) are allowed."""
+    for _, mod, wl, head, line in real_prefixes(DATA / "real_llvm_db", ("ann ",), 10):
+        m = re.match(r"ann b(\d+) tiling ", line)
+        if m:
+            break
+    else:
+        raise AssertionError("the committed llvm database has a tiling annotation")
+    k, head = int(m.group(1)), head + line + "\n"
+    assert "llvm" in str(wl.target), wl.target
+    for text in (f'ann b{k} tiling "SSRSRS"\n', f"ann b{k} onaversec 2\n", f"ann b{k} parallel 64\n"):
+        assert allowed_by_mask(engine, wl, smollm2, head + text), text

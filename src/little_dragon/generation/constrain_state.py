@@ -135,7 +135,8 @@ class ScheduleState:
     # (``LiveSchedule.moved``).
     block_moved: frozenset[int] = frozenset()
     # `ann` as the codec has it (any key on any block or loop) and no `block_moved` rule: the constraint before
-    # session 33 (``constrained.ANNOTATION_AND_MOVE_RULES`` False, the bench's +noannmove)
+    # session 33 (``constrained.ANNOTATION_AND_MOVE_RULES`` False, the bench's +noannmove; on a CPU target always:
+    # ``grammar_line._gpu_once_rules``)
     any_annotation: bool = False
 
 

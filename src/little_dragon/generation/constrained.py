@@ -396,9 +396,10 @@ END_WAIT_STEPS: int | None = None
 # checked at the bounds line only (``thread_bounds``; before session 32, and the bench's +nothreadfactors).
 THREAD_FACTORS = True
 
-# [annotation keys] `ann` of MetaSchedule's keys on their kind of object, no block annotated again with a key it carries
-# (``grammar_line._annotate_rules``), and [move once] no block moved again by `at`/`rat` (``ScheduleState.block_moved``);
-# False: the codec's `ann` and moves (before session 33, and the bench's +noannmove).
+# [annotation keys] `ann` of MetaSchedule's keys at their place and target, no block annotated again with a key it carries
+# (``grammar_line._annotate_rules``), and [move once] no block moved again by `at`/`rat` (``ScheduleState.block_moved``),
+# on GPU targets (``grammar_line._gpu_once_rules``); False: the codec's `ann` and moves (before session 33, and the
+# bench's +noannmove).
 ANNOTATION_AND_MOVE_RULES = True
 
 
@@ -917,7 +918,7 @@ class ScriptConstraint:
         if isinstance(hit, BaseException):
             raise hit
         if not ANNOTATION_AND_MOVE_RULES:
-            return dataclasses.replace(hit, block_moved=frozenset(), any_annotation=True)
+            return dataclasses.replace(hit, any_annotation=True)
         return hit
 
     def _kill(self, what: str, e: BaseException | str) -> None:
