@@ -394,9 +394,10 @@ def key_forms(key: str) -> list[str]:
 
 
 # [annotation keys] Where MetaSchedule's schedule rules and post-processors annotate each key of the codec's table: on
-# the root block (ParallelVectorizeUnroll; the unroll keys on any block, below), on another block (the tiling rules, RandomComputeLocation, RewriteLayout) or
-# on a loop (RewriteParallelVectorizeUnroll's pragmas, the software pipeline), and for which targets (the GPU rules
-# bind threads and fetch cooperatively; the CPU ones parallelize and rewrite layouts).  Every `ann` of the H200, t64
+# the root block (ParallelVectorizeUnroll; the unroll keys on any block, below), on another block (the tiling rules,
+# RandomComputeLocation, RewriteLayout) or on a loop (RewriteParallelVectorizeUnroll's pragmas, the software pipeline),
+# and for which targets (the GPU rules bind threads and fetch cooperatively; the CPU ones parallelize and rewrite
+# layouts).  The line grammar holds to it on GPU targets (``_gpu_once_rules``).  Every `ann` of the H200, t64
 # and llvm harvests (1,911 traces, 18 keys) is a key of this table at its place and target; the `ann .. cat` folds are
 # the `CATEGORICAL_KEYS` only (3,008 cooperative fetches, 1,904 unrolls); no block is annotated again with a key it
 # carries, nor with both unroll keys (a loop may be: RewriteParallelVectorizeUnroll writes its pragmas on the outer loop
