@@ -464,8 +464,8 @@ def _annotate_rules(state: ScheduleState) -> list[str]:
     cat ..``: the same with a key of ``CATEGORICAL_KEYS``.  The blocks are grouped by the keys left to them (a few
     groups); the key is the encoder's word with the spaces around it (``_key_terminal``: a word run into the variable
     or into the value would be read as one longer word)."""
-    if not _gpu_once_rules(state):  # the codec's rules
-        return ['k_anncat: "ann" ref_bl key "cat" catsel', _narrowed("k_ann", "key value", "key avalue")]
+    if not _gpu_once_rules(state):
+        return _codec_annotate_rules()
     groups: dict[tuple[str, ...], list[str]] = {}
     for k in sorted(state.blocks):
         carried = state.annotations.get(f"b{k}", frozenset())
@@ -489,6 +489,11 @@ def _annotate_rules(state: ScheduleState) -> list[str]:
     out += ['k_anncat: "ann" anncatto "cat" catsel', "anncatto: " + " | ".join(cats)] if cats else \
         _unreachable("k_anncat")
     return out + rules
+
+
+def _codec_annotate_rules() -> list[str]:
+    """`ann` and `ann .. cat` as the codec has them (any key on any block or loop), with [annotation values] only."""
+    return ['k_anncat: "ann" ref_bl key "cat" catsel', _narrowed("k_ann", "key value", "key avalue")]
 
 
 def _key_terminal(keys: tuple[str, ...]) -> str:
@@ -1041,7 +1046,7 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
                     tile_threads: tuple[int, ...] = ()) -> str:
     if state is None:
         return "\n".join([_SYNTAX_ONLY, *(_base_rule(r) for r in _CODEC_AS_IS), _base_rule("k_unann"),
-                          'k_anncat: "ann" ref_bl key "cat" catsel', _narrowed("k_ann", "key value", "key avalue"),
+                          *_codec_annotate_rules(),
                           _fixed_form(_base_rule("k_rfactor")), _base_rule("k_post"),
                           _fixed_form(_base_rule("k_at")), _fixed_form(_base_rule("k_rat")),
                           *(_fixed_form(_base_rule(r)) for r in _BUFFER_KINDS), _reorder_rule(reorder_derived),
