@@ -472,12 +472,15 @@ def _knob(mode: str) -> tuple[str, Any]:
     decoding steps after `post *` (END_WAIT_STEPS; +wait0: at once, as before session 31; arms without it: by device).
     +nothreadfactors: a GPU tiling's thread factors drawn free, its thread count checked at the bounds line only
     (THREAD_FACTORS False: the constraint before session 32).  +noannmove: `ann` of any key on any block or loop, and a
-    block moved by `at`/`rat` may be moved again (ANNOTATION_AND_MOVE_RULES False: before session 33)."""
+    block moved by `at`/`rat` may be moved again (ANNOTATION_AND_MOVE_RULES False: before session 33).  +eager / +lazy:
+    every line's state and grammar before its first token, or its first token drawn ahead of them (LAZY_LINE_STARTS;
+    arms without either: by device, lazy on an accelerator since session 34)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),
              "noredraw": ("REDRAWS", 0), "norefill": ("REFILL", False), "nothreadfactors": ("THREAD_FACTORS", False),
-             "noannmove": ("ANNOTATION_AND_MOVE_RULES", False)}
+             "noannmove": ("ANNOTATION_AND_MOVE_RULES", False), "eager": ("LAZY_LINE_STARTS", False),
+             "lazy": ("LAZY_LINE_STARTS", True)}
     if mode in fixed:
         return fixed[mode]
     if re.fullmatch(r"process\d*", mode):
@@ -485,7 +488,7 @@ def _knob(mode: str) -> tuple[str, Any]:
     if re.fullmatch(r"wait\d+", mode):
         return "END_WAIT_STEPS", int(mode[len("wait"):])
     raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, norefill, "
-                     "nothreadfactors, noannmove, processN, waitN, retriesN, backN, shared_prefix)")
+                     "nothreadfactors, noannmove, eager, lazy, processN, waitN, retriesN, backN, shared_prefix)")
 
 
 def _score(rows: list[dict[str, Any]], attempts: list[list[str]], tok: Any, evaluate: bool) -> dict[str, Any]:

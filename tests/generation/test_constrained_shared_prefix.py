@@ -475,14 +475,17 @@ def test_a_refused_line_is_drawn_again_as_if_it_never_was(setup, monkeypatch):
 
 SAME_COUNTS = ("attempts", "lines", "rejected_decode", "rejected_apply", "rejected_end", "end_checked", "resampled",
                "truncated", "line_retries", "retried_tokens", "finished_earlier", "finished_earlier_lines",
-               "checked", "check_refused", "redraws", "redraw_refused", "reasons", "retry_reasons")
+               "checked", "check_refused", "redraws", "redraw_refused", "lazy_lines", "lazy_refused", "reasons",
+               "retry_reasons")
 
 
 def test_the_constraint_processes_sample_what_the_thread_samples(setup, monkeypatch):
     """``constrained.PROCESSES``: the constraints, their masks and TVM workers in processes of their own (one, or two
     sharing out the prompts) give the same first and final scripts, verdicts and counts as the thread beside the forward
     pass -- masked every step and drawn then checked, with line retries (a model fond of refused compute-at lines) and
-    an earlier finish; the children's counts join the hook's, and they end when closed."""
+    an earlier finish, and with line starts drawn ahead of their state (``LAZY_LINE_STARTS``: every line start, so the
+    draws do not depend on how the prompts are dealt out); the children's counts join the hook's, and they end when
+    closed."""
     import os
 
     import torch
@@ -493,10 +496,11 @@ def test_the_constraint_processes_sample_what_the_thread_samples(setup, monkeypa
     model, tok, prompts = setup
     model = _fond_of(model, tok, FOND_OF_REFUSED, 6.0)
     monkeypatch.setattr(constrained, "ANNOTATION_AND_MOVE_RULES", False)  # FOND_OF_REFUSED's moves TVM refuses
-    for checked, counts in ((False, (0, 1, 2)), (True, (0, 2))):
+    for checked, counts, lazy in ((False, (0, 1, 2), False), (True, (0, 2), False), (False, (0, 2), True)):
         runs = []
         for processes in counts:
             constrained.BACKGROUND, constrained.SAMPLE_FIRST, constrained.PROCESSES = True, checked, processes
+            monkeypatch.setattr(constrained, "LAZY_LINE_STARTS", lazy)
             try:
                 hook = constrained.ConstrainedDecoding(tok, line_retries=1, finish_back=4)
                 torch.manual_seed(3)
@@ -508,8 +512,10 @@ def test_the_constraint_processes_sample_what_the_thread_samples(setup, monkeypa
             runs.append((r, hook))
         (a, thread_hook), *others = runs
         assert thread_hook._processes == [] and a.stats.rpc_s == 0
-        assert a.stats.lines > 0 and a.stats.line_retries > 0 and a.stats.resampled > 0, a.stats.as_dict()
+        # (the lazy draw of this seed leaves no attempt dead: nothing to resample)
+        assert a.stats.lines > 0 and a.stats.line_retries > 0 and (lazy or a.stats.resampled > 0), a.stats.as_dict()
         assert (a.stats.checked > 0) == checked
+        assert (a.stats.lazy_lines > 0) == lazy and (a.stats.lazy_refused > 0) == lazy, a.stats.as_dict()
         for k, (b, hook) in zip(counts[1:], others):
             assert len(hook._processes) == k and hook.last_constraints == []
             assert all(p.child.pid != os.getpid() and p.child.is_alive() for p in hook._processes)
@@ -623,3 +629,57 @@ def test_attempts_that_hold_for_their_end_check_keep_the_masked_distribution(set
             alone, fresh = _alone(model, tok, prompts[p], new, done, temperature)
             assert (c.text, c.dead, c.done) == (fresh.text, fresh.dead, fresh.done), (p, j, c.error, fresh.error)
             _drawn_as_alone(proc.out[p * k + j], alone, len(new) + done, temperature, (p, j))
+
+
+def test_lines_started_ahead_of_their_state_keep_the_masked_distribution(setup, monkeypatch):
+    """[lazy line starts] With ``lazy`` and line retries (a model fond of compute-at lines TVM refuses): each line's
+    first token is drawn before its state is known, from every token a line may start with, and kept only if the line's
+    mask allows it once known (else taken back and drawn again under the mask; with the line before it when TVM refused
+    that line).  What every attempt keeps is what a fresh constraint of its prompt allows token by token and ends in the
+    same state; each kept token was drawn from the masked distribution of the model on the kept tokens alone, or, at a
+    line start drawn ahead, from the same logits over the line-start mask, a superset of the line's mask holding the
+    token (so the token's law is the masked one: p(t)/p(S) + (1 - p(A)/p(S)) p(t)/p(A) = p(t)/p(A)).  The taken-back
+    tokens are counted."""
+    import torch
+
+    from little_dragon.generation import constrained
+    from little_dragon.generation.shared_prefix import sample_token_ids
+
+    model, tok, prompts = setup
+    model = _fond_of(model, tok, FOND_OF_REFUSED, 6.0)
+    monkeypatch.setattr(constrained, "ANNOTATION_AND_MOVE_RULES", False)  # FOND_OF_REFUSED's moves TVM refuses
+    k, temperature = 4, 1.0
+    hook = constrained.ConstrainedDecoding(tok, line_retries=3)
+    inner = hook.attempt_processor(prompts, k, lazy=True)
+    proc = RecordingBack(inner)
+    try:
+        out = sample_token_ids(model, tok, prompts, k, 64, temperature, prompts_per_chunk=4, logits_processor=proc,
+                               generator=torch.Generator().manual_seed(3))
+    finally:
+        inner.close()
+    st = hook.stats
+    assert st.lazy_lines > 0 and st.lazy_refused > 0 and st.line_retries > 0, st.as_dict()
+    assert proc.dropped == st.retried_tokens + st.lazy_refused, st.as_dict()
+    eng = constrained.engine_for(tok)
+    start = constrained.unpack_bitmask(eng.line_start_mask((eng.vocab_size + 31) // 32)[None], eng.vocab_size)[0]
+    ahead = 0
+    for p, attempts in enumerate(out.token_ids):
+        for j, new in enumerate(attempts):
+            c = inner.constraints[p * k + j]
+            done = int(c.done)
+            assert _allowed_by_a_fresh_constraint(tok, prompts[p], new, done) is None, (p, j)
+            alone, fresh = _alone(model, tok, prompts[p], new, done, temperature)
+            assert (c.text, c.dead, c.done) == (fresh.text, fresh.dead, fresh.done), (p, j, c.error, fresh.error)
+            got = [torch.log_softmax(s / temperature, -1) for s in proc.out[p * k + j]]
+            assert len(got) == len(new) + done, (p, j)
+            for s, (g, want) in enumerate(zip(got, alone)):
+                fin = torch.isfinite(want)
+                if not torch.equal(torch.isfinite(g), fin):  # a line start drawn ahead: over the line-start mask
+                    ahead += 1
+                    assert torch.equal(torch.isfinite(g[:eng.vocab_size]), start[:g.shape[0]]), (p, j, s)
+                    assert bool(fin[new[s]]) and not bool((fin & ~torch.isfinite(g)).any()), (p, j, s)
+                    shift = g[fin] - want[fin]  # the same logits renormalised over more tokens: a constant shift
+                    assert torch.allclose(shift, shift[0].expand_as(shift), atol=2e-4), (p, j, s)
+                    continue
+                assert torch.allclose(g[fin], want[fin], atol=2e-4), (p, j, s)
+    assert ahead > 0

@@ -156,6 +156,9 @@ class ConstraintStats:
     runaway_lines: int = 0         # lines cut at ``LINE_MAX_BYTES`` without their end (drawn again, or the attempt ends)
     rpc_s: float = 0.0             # the decoding loop waiting for the constraint processes' answers (``PROCESSES``)
     held_tokens: int = 0           # tokens attempts held while their end check ran (``END_WAIT_STEPS``; taken back)
+    lazy_lines: int = 0            # lines whose first token was drawn before their state was known (``LAZY_LINE_STARTS``)
+    lazy_refused: int = 0          # of those first tokens, taken back (refused by the line's mask once known, or with
+    #                                the line before them, refused by TVM) and drawn again
     end_wait_s: float = 0.0        # time waiting for end checks' verdicts after those steps (not in yet)
     reasons: dict[str, int] = dataclasses.field(default_factory=dict)
     retry_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -211,7 +214,7 @@ class TokenEngine:
         self._lock = threading.Lock()
         self._bytes: dict[int, bytes] = {}
         self._ws_masks: dict[int, Any] = {}
-        self._hold_masks: dict[int, Any] = {}
+        self._hold_masks: dict[Any, Any] = {}
         self._ws_ok: list[bytes] | None = None
         self._newline: list[tuple[int, bytes]] | None = None
         self.compile_work_s = 0.0  # seconds spent compiling line grammars, all threads (not only waiting)
@@ -318,6 +321,19 @@ class TokenEngine:
             hit = self._ws_masks[words] = _packed_bits(rows.view(3, words, 32))
         return hit
 
+    def line_start_mask(self, words: int) -> Any:
+        """``[words]`` int32 bitmask of every token a line may start with whatever the schedule (``LAZY_LINE_STARTS``):
+        not the end, not white space the canonical-white-space rule refuses at a line's start (``restrict_whitespace``);
+        every line's mask at its start is inside it.  Cached per width."""
+        hit = self._hold_masks.get(("start", words))
+        if hit is None:
+            hit = self._hold_masks[("start", words)] = self.hold_mask(words) & self.whitespace_masks(words)[WS_START]
+        return hit
+
+    def allowed_at(self, mask: Any, token: int) -> bool:
+        """Whether the int32 bitmask row ``mask`` allows ``token``."""
+        return token < mask.shape[-1] * 32 and bool((int(mask[token // 32]) >> (token % 32)) & 1)
+
     def hold_mask(self, words: int) -> Any:
         """``[words]`` int32 bitmask of every token but the end (a step held for an end check's verdict:
         ``ScriptConstraint._hold``); cached per width."""
@@ -401,6 +417,29 @@ THREAD_FACTORS = True
 # on GPU targets (``grammar_line._gpu_once_rules``); False: the codec's `ann` and moves (before session 33, and the
 # bench's +noannmove).
 ANNOTATION_AND_MOVE_RULES = True
+
+
+# [lazy line starts] A line's first token is drawn before TVM has applied the line before it.  A line ended at step t
+# sends its prefix to the TVM worker and the attempt draws its next token at step t+1 from every token a line may start
+# with (``TokenEngine.line_start_mask``: not the end, no leading white space); at step t+2 the line's facts are in (they
+# had a whole step more), its grammar compiles, and the token is kept if the line's mask allows it, else taken back and
+# drawn again from the same logits under that mask (the engine keeps a line start's logits; a refused line before it is
+# taken back with it, as before).  The kept token's distribution is the masked one: for an allowed token t (mask A
+# inside the start mask S), P(t) = p(t)/p(S) + (p(S\A)/p(S)) * p(t)/p(A) = p(t)/p(A).  Why: the line's TVM work
+# (~9 ms) and grammar compile (~8-11 ms) came one after the other inside one forward pass (~23 ms on session 33's H100),
+# and a constraint process with two lines to do kept the whole batch waiting (``rpc_s``: 7.4 ms a step of 36.1); now
+# each has a step of its own.  Every line start of an attempt is drawn so (not only those whose facts are not cached),
+# so a seed draws the same attempts however the prompts are dealt out among processes.  Needs an engine that takes
+# tokens back (line retries on).  None = by the model's device: on an accelerator; False: every line's state and
+# grammar before its first token (before session 34, and the bench's +eager).
+LAZY_LINE_STARTS: bool | None = None
+
+
+def _lazy_line_starts(device: Any) -> bool:
+    """Whether line starts are drawn ahead of their state for a model on ``device`` (``LAZY_LINE_STARTS``)."""
+    if LAZY_LINE_STARTS is not None:
+        return bool(LAZY_LINE_STARTS)
+    return getattr(device, "type", "cpu") != "cpu"
 
 
 def _end_wait(device: Any) -> int:
@@ -735,6 +774,13 @@ class ScriptConstraint:
         # tokens held since, the text before `post *`]
         self.end_wait = 0
         self._hold: list | None = None
+        # [lazy line starts] (``LAZY_LINE_STARTS``; set by ``attempt_processor`` where the engine takes tokens back):
+        # ``_lazy`` while the current line's state is on its way and its first token is drawn from the line-start mask;
+        # ``_first`` once it is known (``_resolve_lazy``): "check" (the line's mask decides that token) or "drop" (the line
+        # before it was refused and taken back: so is the token)
+        self.lazy = False
+        self._lazy = False
+        self._first: str | None = None
         # line retries: a line TVM refuses (or a script the end check refuses) is taken back and drawn again, at most
         # ``line_retries`` times an attempt (set by an engine that can take tokens back: ``shared_prefix``'s
         # ``line_marks``); ``take_back`` is how many tokens the engine must drop now; ``_starts[k]`` what line k
@@ -803,7 +849,15 @@ class ScriptConstraint:
             return None
         return _target_thread_bounds(self.workload.target)
 
-    def _new_line(self, first: bool = False) -> None:
+    def _new_line(self, first: bool = False, now: bool = False) -> None:
+        """The next line starts: its schedule state, grammar and start record; unless ``now``, lazily where
+        ``lazy`` says so (its first token drawn before them: ``_resolve_lazy``)."""
+        if (self.lazy and not (first or now) and self.workload is not None and not self.finished
+                and not self.post_section):
+            self._begin_line(None)
+            self._lazy = True
+            self.stats.lazy_lines += 1
+            return
         t0 = time.perf_counter()
         if self.workload is not None and not self.finished:
             try:
@@ -820,8 +874,18 @@ class ScriptConstraint:
         self.refused = set()
         self.stats.state_s += time.perf_counter() - t0
 
+    def _resolve_lazy(self) -> None:
+        """[lazy line starts] The current line's state, grammar and start record, now (its state was asked of the worker
+        when the line before ended; cached by now, or computed here); its first token, drawn meanwhile, is then checked
+        by ``advance``.  A refused line before it goes back as at once (``_new_line``), taking that token with it."""
+        self._lazy = False
+        retried = self.retried
+        self._new_line(now=True)
+        self._first = None if self.dead else "drop" if self.retried > retried else "check"
+
     def _begin_line(self, grammar: str | None) -> None:
         """A line starts: its grammar ``grammar`` (compiled on first use), nothing of it written yet."""
+        self._lazy, self._first = False, None
         self.pending, self._matcher = grammar, None
         self.line = b""
         self._line_tokens, self._kinds, self._kind_matchers = [], None, None
@@ -1052,6 +1116,16 @@ class ScriptConstraint:
             return
         if self.dead:
             return
+        if self._lazy:  # [lazy line starts] this token was drawn from the line-start mask: the line's state decides
+            self._resolve_lazy()
+        if self._first is not None:
+            first, self._first = self._first, None
+            if first == "drop" or not self._line_start_allows(token):
+                if self.dead:  # a dead end at the line's start: ended, as at its mask
+                    return
+                self.take_back += 1  # the engine draws the line's first token again, from the same logits, masked
+                self.stats.lazy_refused += 1
+                return
         if self._hold is not None:  # a step held while the end check runs: taken back at its verdict
             self.n_tokens += 1
             self._hold[2] += 1
@@ -1081,6 +1155,13 @@ class ScriptConstraint:
             self.line = self.line.partition(b"\n")[2].lstrip(b"\n")
         elif len(self.line) > LINE_MAX_BYTES:
             self._runaway()
+
+    def _line_start_allows(self, token: int) -> bool:
+        """Whether the mask ``fill_mask`` writes at this line's start allows ``token`` (a refused line's completions,
+        white space and a dead end included: the attempt is then ended, as at its mask)."""
+        row = allocate_bitmask(1, self.engine.vocab_size)
+        self.fill_mask(row, 0)
+        return not self.dead and self.engine.allowed_at(row[0], token)
 
     def _end_verdict(self) -> None:
         """[end wait] The verdict of the end check `post *` started, ``end_wait`` steps ago: the held tokens are taken
@@ -1126,6 +1207,12 @@ class ScriptConstraint:
         """Apply the verdict of a deferred end check (``defer_end``): a script it refuses is dead, as if checked at
         its `post *` (it keeps its `post *`; only blank lines or the end came after it).  An attempt cut at the token
         budget while it held steps for its verdict (``_hold``) gets it here, without a retry (no step follows)."""
+        if self._lazy:  # the attempt's last token ended a line (its budget): checked now, no step left to retry it in
+            retries, self.line_retries = self.line_retries, self.retried
+            try:
+                self._resolve_lazy()
+            finally:
+                self.line_retries, self._first = retries, None
         hold, self._hold = self._hold, None
         if hold is not None:
             self.n_tokens = hold[1]
@@ -1244,6 +1331,9 @@ class ScriptConstraint:
         if self._hold is not None:  # a held step: any token but the end (it is taken back)
             bitmask[row] = self.engine.hold_mask(bitmask.shape[1])
             return
+        if self._lazy:  # [lazy line starts] any token a line may start with (its own mask decides at the next step)
+            bitmask[row] = self.engine.line_start_mask(bitmask.shape[1])
+            return
         if self.eos_only():
             bitmask[row].zero_()
             e = self.engine.eos_id
@@ -1300,6 +1390,8 @@ class ScriptConstraint:
             return token == eos
         if self._hold is not None:  # a held step (``fill_mask``)
             return token != eos and token < self.engine.vocab_size
+        if self._lazy:  # a line start drawn ahead of its state (``fill_mask``)
+            return self.engine.allowed_at(self.engine.line_start_mask((self.engine.vocab_size + 31) // 32), token)
         if token != eos and not self.engine.whitespace_ok(token, self.whitespace_state()):
             return False
         if token != eos and self.refused and self.completes_refused(self.engine.token_bytes(token)):
@@ -1357,7 +1449,11 @@ class ScriptConstraint:
     def eos_only(self) -> bool:
         # a line checked by kind is never stopped: its matchers stop only after its newline, which starts a new line;
         # an explicit post-processing section written whole ends the script (any line more is not the post-processors')
-        return (self.dead or self.done or (self.post_section and self.post_left == 0)
+        if self.dead or self.done:
+            return True
+        if self._lazy:
+            return False
+        return ((self.post_section and self.post_left == 0)
                 or (not self.by_kind() and self.matcher.is_stopped()))
 
     def whitespace_state(self) -> int:
@@ -1372,7 +1468,7 @@ def fill_masks(constraints: list[ScriptConstraint], bitmask: Any) -> None:
     executor (one call, GIL released), the others EOS only."""
     live, by_kind = [], []
     for i, c in enumerate(constraints):
-        if c._hold is not None or c.eos_only():
+        if c._hold is not None or c._lazy or c.eos_only():
             c.fill_mask(bitmask, i)
         elif c.by_kind():
             by_kind.append(i)
@@ -1603,6 +1699,7 @@ class AttemptLogitsProcessor:
         self._rows: dict[int, int] = {}   # attempt id -> its row of ``_bitmask`` (masks computed ahead)
         self._job: Any = None
         self._ahead: tuple | None = None  # (ids, tokens, their lines' facts on the way): consumed by ``_collect``
+        self._asked: StatesAhead | None = None  # [lazy line starts] the facts of the lines the last step ended
         self._threads = bool(COMPILE_THREADS)
         self._t0 = time.perf_counter() if t0 is None else t0  # the call's start: its first masks time the cold start
 
@@ -1620,7 +1717,7 @@ class AttemptLogitsProcessor:
             self._job = _line_worker().submit(self._consume if lazy else self._next_masks, ids, toks)
             return
         if final:
-            self._consume(ids, toks)
+            self._consume(ids, toks, final=True)
             return
         self._ahead = (ids, toks, request_states([self.constraints[a] for a in ids], toks))
 
@@ -1673,18 +1770,39 @@ class AttemptLogitsProcessor:
         cs = [self.constraints[a] for a in ids]
         return [c.taken_back() for c in cs], [c.at_line_start() for c in cs]
 
-    def _consume(self, ids: list[int], toks: list[int], states: StatesAhead | None = None) -> None:
+    def _consume(self, ids: list[int], toks: list[int], states: StatesAhead | None = None, final: bool = False) -> None:
         """Advance attempts ``ids`` by ``toks``; the facts of the lines they end asked of the worker first (or already
-        asked: ``states``)."""
-        if states is None:
-            prefetch_states([self.constraints[a] for a in ids], toks)
+        asked: ``states``) and waited for, or, where line starts are lazy (``LAZY_LINE_STARTS``; not for the ``final``
+        tokens), not waited for: those lines' attempts draw their next tokens meanwhile and take them up here at the next
+        step, the facts stored first and their grammars compiled side by side."""
+        cs = [self.constraints[a] for a in ids]
+        asked, self._asked = self._asked, None
+        if asked is not None:
+            asked.store()
+        if final:
+            for c in self.constraints:
+                c.lazy = False
+        lazy = any(c.lazy for c in cs)
+        if lazy:
+            ahead = states if states is not None else request_states(cs, toks)
+        elif states is None:
+            prefetch_states(cs, toks)
         else:
             states.store()
-        for a, tok in zip(ids, toks):
-            c = self.constraints[a]
+        resolved = [c for c in cs if c._lazy]
+        for c in resolved:
+            c._resolve_lazy()
+        resolved = [c for c in resolved if c.pending is not None and not c.dead]
+        if self._threads:
+            self.engine.start(list(dict.fromkeys(c.pending for c in resolved)))
+        elif len(resolved) > 1:
+            prepare(resolved, parallel=False)
+        for c, tok in zip(cs, toks):
             c.advance(tok)
             if self._threads and c.pending is not None and not (c.dead or c.done):
                 self.engine.start([c.pending])
+        if lazy:
+            self._asked = ahead
 
     def _fill(self, ids: list[int]) -> None:
         live = [self.constraints[a] for a in ids]
@@ -1728,6 +1846,9 @@ class AttemptLogitsProcessor:
         """After the engine call (also when it failed): the background work collected, every end check settled."""
         try:
             self._collect()
+            asked, self._asked = self._asked, None
+            if asked is not None:
+                asked.store()
         finally:
             for c in self.constraints:
                 c.settle()
@@ -1795,25 +1916,27 @@ class ConstrainedDecoding:
         return self.processor
 
     def attempt_processor(self, prompts: list[str], n: int, defer_end: bool = False,
-                          retries: bool = True, end_wait: int = 0) -> Any:
+                          retries: bool = True, end_wait: int = 0, lazy: bool = False) -> Any:
         """The shared-prefix engine's processor of one call over ``prompts``, ``n`` attempts each (attempt
         ``p * n + j`` is ``constraints[p * n + j]``; ``last_constraints`` are these).  ``defer_end``: the end checks
         run beside decoding (the caller ``settle``s every constraint after the call), those with retries left read
         after ``end_wait`` steps (``END_WAIT_STEPS``; 0: at once).  ``retries``: a refused line
         is drawn again (``line_retries`` times an attempt; not when greedy, which would draw it again).  Under ``PROCESSES``
         the constraints live in the constraint processes (``constraint_process.ProcessAttempts``; ``last_constraints``
-        stays empty) and this call's counts join ``stats`` at its ``results``."""
+        stays empty) and this call's counts join ``stats`` at its ``results``.  ``lazy``: line starts drawn ahead of
+        their state (``LAZY_LINE_STARTS``), where attempts have line retries (their engine takes tokens back)."""
         if self._processes:
             from little_dragon.generation.constraint_process import ProcessAttempts
 
             self.last_constraints = []
-            return ProcessAttempts(self._processes, prompts, n, defer_end, retries, self.stats, end_wait)
+            return ProcessAttempts(self._processes, prompts, n, defer_end, retries, self.stats, end_wait, lazy)
         t0 = time.perf_counter()
         self.last_constraints = self.constraints_for(prompts, n)
         for c in self.last_constraints:
             c.defer_end = defer_end
             c.end_wait = end_wait if defer_end else 0
             c.line_retries = self.line_retries if self.semantic and retries else 0
+            c.lazy = lazy and c.line_retries > 0
         self.stats.setup_s += time.perf_counter() - t0
         self.processor = None  # the model's forward pre-hook is the HF path's; the engine calls ``ahead`` itself
         return AttemptLogitsProcessor(self.engine(), self.last_constraints, t0)
@@ -1936,8 +2059,9 @@ def _generate_constrained_shared(model: Any, tokenizer: Any, prompts: list[str],
         n = kk if temperature > 0 else 1
         # the end checks beside decoding: an attempt at `post *` may only end, so its verdict is needed only after
         # the call (the worker checks it while the model computes the next steps)
-        proc = hook.attempt_processor(ps, n, defer_end=True, retries=temperature > 0,
-                                      end_wait=_end_wait(next(model.parameters()).device))
+        device = next(model.parameters()).device
+        proc = hook.attempt_processor(ps, n, defer_end=True, retries=temperature > 0, end_wait=_end_wait(device),
+                                      lazy=_lazy_line_starts(device))
         try:
             out = sample_token_ids(model, tokenizer, ps, kk, max_new_tokens, temperature, prompts_per_chunk=chunk,
                                    logits_processor=proc)

@@ -11,12 +11,12 @@ Protocol: one duplex ``multiprocessing`` pipe per child (spawn context), request
 each child holds its share of the call's prompts, and the ids below are its own:
 
 - child -> parent once, at start: ``("ready", vocab_size)`` or ``("error", traceback)``.
-- ``("start", prompts, n, defer_end, retries, end_wait, knobs)`` -> ``(takes_back, bitmask)``: one engine call's constraints
+- ``("start", prompts, n, defer_end, retries, end_wait, lazy, knobs)`` -> ``(takes_back, bitmask)``: one engine call's constraints
   (``ConstrainedDecoding.attempt_processor`` in the child; its counts start from zero).  ``bitmask`` is the call's
   ``[attempts, ceil(V/32)]`` int32 tensor in shared memory (torch's sharing): the child writes masks into it, the parent
   reads the rows a ``masks`` answer names.  ``knobs``: the parent's ``constrained`` settings, applied first.
-- ``("ahead", ids, tokens, final, lazy, threads)``, no answer: the tokens just sampled.  The child consumes them at once
-  (while the parent's model computes) and, unless ``final`` or ``lazy`` (draw-then-check sampling), computes the next
+- ``("ahead", ids, tokens, final, checked, threads)``, no answer: the tokens just sampled.  The child consumes them at
+  once (while the parent's model computes) and, unless ``final`` or ``checked`` (draw-then-check sampling), computes the next
   masks.  What it raises is answered to the next request.
 - ``("marks", ids)`` -> ``(taken_back, at_line_start)`` (``AttemptLogitsProcessor.line_marks``; destructive, so asked,
   never pushed).
@@ -132,10 +132,10 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
         if op == "ahead":
             if failed is None and proc is not None:
                 try:
-                    ids, toks, final, lazy, threads = args
+                    ids, toks, final, checked, threads = args
                     proc._threads = threads
-                    if final or lazy:
-                        proc._consume(ids, toks)
+                    if final or checked:
+                        proc._consume(ids, toks, final=final)
                     else:
                         proc._next_masks(ids, toks)
                 except BaseException:  # noqa: BLE001
@@ -147,12 +147,12 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
             continue
         try:
             if op == "start":
-                prompts, n, defer_end, retries, end_wait, knobs = args
+                prompts, n, defer_end, retries, end_wait, lazy, knobs = args
                 for k, v in knobs.items():
                     setattr(constrained, k, v)
                 constrained.PROCESSES = 0
                 hook.stats = constrained.ConstraintStats()
-                proc = hook.attempt_processor(prompts, n, defer_end, retries, end_wait)
+                proc = hook.attempt_processor(prompts, n, defer_end, retries, end_wait, lazy)
                 proc._t0 = None  # the parent times the cold start
                 proc._bitmask.share_memory_()
                 out: Any = (proc.takes_back, proc._bitmask)
@@ -314,7 +314,7 @@ class ProcessAttempts:
     side.  Attempt ``p * n + j`` is attempt ``(p // N) * n + j`` of its process."""
 
     def __init__(self, processes: list[ConstraintProcess], prompts: list[str], n: int, defer_end: bool,
-                 retries: bool, stats: Any, end_wait: int = 0):
+                 retries: bool, stats: Any, end_wait: int = 0, lazy: bool = False):
         t0 = time.perf_counter()
         self.processes, self.n, self.stats = processes, n, stats
         self._t0: float | None = t0  # the call's start: its first masks time the cold start
@@ -325,7 +325,7 @@ class ProcessAttempts:
         self._live = [i for i in range(k) if prompts[i::k]]
         for i in self._live:
             processes[i].wait_ready()
-            processes[i].send(("start", prompts[i::k], n, defer_end, retries, end_wait, _knobs()))
+            processes[i].send(("start", prompts[i::k], n, defer_end, retries, end_wait, lazy, _knobs()))
         answers = _answers([processes[i] for i in self._live], "start")
         self.takes_back = any(takes for takes, _ in answers)
         self._bitmask = {i: bits for i, (_, bits) in zip(self._live, answers)}
