@@ -37,7 +37,8 @@ def split(ab: dict) -> list[dict]:
         if free is None:
             continue
         shape = (free["generated_tokens"] / free["steps"]) / (arm["generated_tokens"] / arm["steps"])
-        taken = (arm.get("stats") or {}).get("retried_tokens", 0)
+        # tokens drawn and taken back: refused lines' (retries) and refused lazy line starts' (``lazy_refused``)
+        taken = sum((arm.get("stats") or {}).get(k, 0) for k in ("retried_tokens", "lazy_refused"))
         per_step = arm["ms_per_step"] / free["ms_per_step"]
         extra = {}
         # rows' ends read off the rows alive a step: chunks only (refilled rows enter mid-call)

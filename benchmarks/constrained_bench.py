@@ -474,7 +474,7 @@ def _knob(mode: str) -> tuple[str, Any]:
     (THREAD_FACTORS False: the constraint before session 32).  +noannmove: `ann` of any key on any block or loop, and a
     block moved by `at`/`rat` may be moved again (ANNOTATION_AND_MOVE_RULES False: before session 33).  +eager / +lazy:
     every line's state and grammar before its first token, or its first token drawn ahead of them (LAZY_LINE_STARTS;
-    arms without either: by device, lazy on an accelerator since session 34)."""
+    arms without either: eager, the default)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),

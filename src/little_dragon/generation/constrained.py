@@ -424,22 +424,15 @@ ANNOTATION_AND_MOVE_RULES = True
 # with (``TokenEngine.line_start_mask``: not the end, no leading white space); at step t+2 the line's facts are in (they
 # had a whole step more), its grammar compiles, and the token is kept if the line's mask allows it, else taken back and
 # drawn again from the same logits under that mask (the engine keeps a line start's logits; a refused line before it is
-# taken back with it, as before).  The kept token's distribution is the masked one: for an allowed token t (mask A
-# inside the start mask S), P(t) = p(t)/p(S) + (p(S\A)/p(S)) * p(t)/p(A) = p(t)/p(A).  Why: the line's TVM work
-# (~9 ms) and grammar compile (~8-11 ms) came one after the other inside one forward pass (~23 ms on session 33's H100),
-# and a constraint process with two lines to do kept the whole batch waiting (``rpc_s``: 7.4 ms a step of 36.1); now
-# each has a step of its own.  Every line start of an attempt is drawn so (not only those whose facts are not cached),
-# so a seed draws the same attempts however the prompts are dealt out among processes.  Needs an engine that takes
-# tokens back (line retries on).  None = by the model's device: on an accelerator; False: every line's state and
-# grammar before its first token (before session 34, and the bench's +eager).
-LAZY_LINE_STARTS: bool | None = None
-
-
-def _lazy_line_starts(device: Any) -> bool:
-    """Whether line starts are drawn ahead of their state for a model on ``device`` (``LAZY_LINE_STARTS``)."""
-    if LAZY_LINE_STARTS is not None:
-        return bool(LAZY_LINE_STARTS)
-    return getattr(device, "type", "cpu") != "cpu"
+# taken back with it, as before).  The kept token's law is the masked one: for an allowed token t (mask A inside the
+# start mask S), P(t) = p(t)/p(S) + (p(S\A)/p(S)) * p(t)/p(A) = p(t)/p(A).  Every line start of an attempt is drawn so
+# (not only those whose facts are not cached), so a seed draws the same attempts however the prompts are dealt out among
+# processes.  Needs an engine that takes tokens back (line retries on).  Off by default: on session 34's H100 (16 CUDA
+# prompts x 8, four processes) it was no faster, 58.6 and 59.2 ms a step against 56.5 eager (free 34.9-39.3 on that
+# host): the decoding loop's wait for its processes (``rpc_s``, ~10-12 ms a step) is not the line work's latency, which
+# each line now has two steps for.  It pays where a step is shorter than a line's TVM work and compile (~17 ms), e.g. a
+# forward pass under CUDA graphs.  True: the bench's +lazy.
+LAZY_LINE_STARTS: bool = False
 
 
 def _end_wait(device: Any) -> int:
@@ -2059,9 +2052,8 @@ def _generate_constrained_shared(model: Any, tokenizer: Any, prompts: list[str],
         n = kk if temperature > 0 else 1
         # the end checks beside decoding: an attempt at `post *` may only end, so its verdict is needed only after
         # the call (the worker checks it while the model computes the next steps)
-        device = next(model.parameters()).device
-        proc = hook.attempt_processor(ps, n, defer_end=True, retries=temperature > 0, end_wait=_end_wait(device),
-                                      lazy=_lazy_line_starts(device))
+        proc = hook.attempt_processor(ps, n, defer_end=True, retries=temperature > 0,
+                                      end_wait=_end_wait(next(model.parameters()).device), lazy=LAZY_LINE_STARTS)
         try:
             out = sample_token_ids(model, tokenizer, ps, kk, max_new_tokens, temperature, prompts_per_chunk=chunk,
                                    logits_processor=proc)
