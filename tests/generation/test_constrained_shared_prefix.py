@@ -596,39 +596,53 @@ def test_the_constraint_process_names_its_failures_and_is_replaced_when_it_dies(
     assert not proc.child.is_alive()
 
 
+def _recorded_call(model, tok, prompts, k, max_new_tokens, temperature, **kw):
+    """One engine call of a fresh hook's processor (line retries 3; ``kw`` to ``attempt_processor``) under
+    ``RecordingBack``: (its counts, its constraints, the recorder, the engine's output)."""
+    import torch
+
+    from little_dragon.generation import constrained
+    from little_dragon.generation.shared_prefix import sample_token_ids
+
+    hook = constrained.ConstrainedDecoding(tok, line_retries=3)
+    inner = hook.attempt_processor(prompts, k, **kw)
+    proc = RecordingBack(inner)
+    try:
+        out = sample_token_ids(model, tok, prompts, k, max_new_tokens, temperature, prompts_per_chunk=4,
+                               logits_processor=proc, generator=torch.Generator().manual_seed(3))
+    finally:
+        inner.close()
+    return hook.stats, inner.constraints, proc, out
+
+
+def _kept_as_alone(model, tok, prompts, k, constraints, out, temperature):
+    """Each attempt of ``out`` (prompt p, attempt j, its kept tokens, whether it ended, the masked log-softmax of the
+    model on them alone), once checked: what it keeps a fresh constraint of its prompt allows token by token, and it
+    ends in that constraint's state."""
+    for p, attempts in enumerate(out.token_ids):
+        for j, new in enumerate(attempts):
+            c = constraints[p * k + j]
+            done = int(c.done)
+            assert _allowed_by_a_fresh_constraint(tok, prompts[p], new, done) is None, (p, j)
+            alone, fresh = _alone(model, tok, prompts[p], new, done, temperature)
+            assert (c.text, c.dead, c.done) == (fresh.text, fresh.dead, fresh.done), (p, j, c.error, fresh.error)
+            yield p, j, new, done, alone
+
+
 def test_attempts_that_hold_for_their_end_check_keep_the_masked_distribution(setup):
     """[end wait] On the engine, with line retries and ``end_wait`` 2: an attempt at `post *` holds two steps for its
     end check (tokens the engine takes back with the rest), then ends, or goes back to its tiling.  What every attempt
     keeps is what a fresh constraint of its prompt allows token by token and ends in the same state, and each kept
     token (its end included) was drawn from the masked distribution of the model on the kept tokens alone: the held
     steps leave no trace."""
-    import torch
-
-    from little_dragon.generation import constrained
-    from little_dragon.generation.shared_prefix import sample_token_ids
-
     model, tok, prompts = setup
     model = _fond_of(model, tok, "blk C\nloops b0 3\nsplit l1 8\npost *\n", 6.0)
     k, temperature = 4, 1.0
-    hook = constrained.ConstrainedDecoding(tok, line_retries=3)
-    inner = hook.attempt_processor(prompts, k, defer_end=True, end_wait=2)
-    proc = RecordingBack(inner)
-    try:
-        out = sample_token_ids(model, tok, prompts, k, 96, temperature, prompts_per_chunk=4, logits_processor=proc,
-                               generator=torch.Generator().manual_seed(3))
-    finally:
-        inner.close()
-    st = hook.stats
-    ended = [c for c in inner.constraints if c.done and c.finished and not c.dead]
+    st, constraints, proc, out = _recorded_call(model, tok, prompts, k, 96, temperature, defer_end=True, end_wait=2)
+    ended = [c for c in constraints if c.done and c.finished and not c.dead]
     assert st.held_tokens >= 2 * len(ended) > 0 and proc.dropped == st.retried_tokens + st.held_tokens, st.as_dict()
-    for p, attempts in enumerate(out.token_ids):
-        for j, new in enumerate(attempts):
-            c = inner.constraints[p * k + j]
-            done = int(c.done)
-            assert _allowed_by_a_fresh_constraint(tok, prompts[p], new, done) is None, (p, j)
-            alone, fresh = _alone(model, tok, prompts[p], new, done, temperature)
-            assert (c.text, c.dead, c.done) == (fresh.text, fresh.dead, fresh.done), (p, j, c.error, fresh.error)
-            _drawn_as_alone(proc.out[p * k + j], alone, len(new) + done, temperature, (p, j))
+    for p, j, new, done, alone in _kept_as_alone(model, tok, prompts, k, constraints, out, temperature):
+        _drawn_as_alone(proc.out[p * k + j], alone, len(new) + done, temperature, (p, j))
 
 
 def test_lines_started_ahead_of_their_state_keep_the_masked_distribution(setup, monkeypatch):
@@ -643,43 +657,28 @@ def test_lines_started_ahead_of_their_state_keep_the_masked_distribution(setup, 
     import torch
 
     from little_dragon.generation import constrained
-    from little_dragon.generation.shared_prefix import sample_token_ids
 
     model, tok, prompts = setup
     model = _fond_of(model, tok, FOND_OF_REFUSED, 6.0)
     monkeypatch.setattr(constrained, "ANNOTATION_AND_MOVE_RULES", False)  # FOND_OF_REFUSED's moves TVM refuses
     k, temperature = 4, 1.0
-    hook = constrained.ConstrainedDecoding(tok, line_retries=3)
-    inner = hook.attempt_processor(prompts, k, lazy=True)
-    proc = RecordingBack(inner)
-    try:
-        out = sample_token_ids(model, tok, prompts, k, 64, temperature, prompts_per_chunk=4, logits_processor=proc,
-                               generator=torch.Generator().manual_seed(3))
-    finally:
-        inner.close()
-    st = hook.stats
+    st, constraints, proc, out = _recorded_call(model, tok, prompts, k, 64, temperature, lazy=True)
     assert st.lazy_lines > 0 and st.lazy_refused > 0 and st.line_retries > 0, st.as_dict()
     assert proc.dropped == st.retried_tokens + st.lazy_refused, st.as_dict()
     eng = constrained.engine_for(tok)
     start = constrained.unpack_bitmask(eng.line_start_mask((eng.vocab_size + 31) // 32)[None], eng.vocab_size)[0]
     ahead = 0
-    for p, attempts in enumerate(out.token_ids):
-        for j, new in enumerate(attempts):
-            c = inner.constraints[p * k + j]
-            done = int(c.done)
-            assert _allowed_by_a_fresh_constraint(tok, prompts[p], new, done) is None, (p, j)
-            alone, fresh = _alone(model, tok, prompts[p], new, done, temperature)
-            assert (c.text, c.dead, c.done) == (fresh.text, fresh.dead, fresh.done), (p, j, c.error, fresh.error)
-            got = [torch.log_softmax(s / temperature, -1) for s in proc.out[p * k + j]]
-            assert len(got) == len(new) + done, (p, j)
-            for s, (g, want) in enumerate(zip(got, alone)):
-                fin = torch.isfinite(want)
-                if not torch.equal(torch.isfinite(g), fin):  # a line start drawn ahead: over the line-start mask
-                    ahead += 1
-                    assert torch.equal(torch.isfinite(g[:eng.vocab_size]), start[:g.shape[0]]), (p, j, s)
-                    assert bool(fin[new[s]]) and not bool((fin & ~torch.isfinite(g)).any()), (p, j, s)
-                    shift = g[fin] - want[fin]  # the same logits renormalised over more tokens: a constant shift
-                    assert torch.allclose(shift, shift[0].expand_as(shift), atol=2e-4), (p, j, s)
-                    continue
-                assert torch.allclose(g[fin], want[fin], atol=2e-4), (p, j, s)
+    for p, j, new, done, alone in _kept_as_alone(model, tok, prompts, k, constraints, out, temperature):
+        got = [torch.log_softmax(s / temperature, -1) for s in proc.out[p * k + j]]
+        assert len(got) == len(new) + done, (p, j)
+        for s, (g, want) in enumerate(zip(got, alone)):
+            fin = torch.isfinite(want)
+            if not torch.equal(torch.isfinite(g), fin):  # a line start drawn ahead: over the line-start mask
+                ahead += 1
+                assert torch.equal(torch.isfinite(g[:eng.vocab_size]), start[:g.shape[0]]), (p, j, s)
+                assert bool(fin[new[s]]) and not bool((fin & ~torch.isfinite(g)).any()), (p, j, s)
+                shift = g[fin] - want[fin]  # the same logits renormalised over more tokens: a constant shift
+                assert torch.allclose(shift, shift[0].expand_as(shift), atol=2e-4), (p, j, s)
+                continue
+            assert torch.allclose(g[fin], want[fin], atol=2e-4), (p, j, s)
     assert ahead > 0
