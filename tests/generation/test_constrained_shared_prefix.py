@@ -511,7 +511,7 @@ def test_the_constraint_processes_sample_what_the_thread_samples(setup, monkeypa
                 constrained.PROCESSES = 0
             runs.append((r, hook))
         (a, thread_hook), *others = runs
-        assert thread_hook._processes == [] and a.stats.rpc_s == 0
+        assert thread_hook._processes == [] and a.stats.rpc_s == a.stats.marks_s == a.stats.send_s == 0
         # (the lazy draw of this seed leaves no attempt dead: nothing to resample)
         assert a.stats.lines > 0 and a.stats.line_retries > 0 and (lazy or a.stats.resampled > 0), a.stats.as_dict()
         assert (a.stats.checked > 0) == checked
@@ -522,6 +522,10 @@ def test_the_constraint_processes_sample_what_the_thread_samples(setup, monkeypa
             assert (b.first_scripts, b.scripts, b.first_ok) == (a.first_scripts, a.scripts, a.first_ok), (checked, k)
             assert {n: getattr(b.stats, n) for n in SAME_COUNTS} == {n: getattr(a.stats, n) for n in SAME_COUNTS}
             assert b.stats.rpc_s > 0 and b.stats.first_mask_s > 0
+            # the loop's time with its processes, by part: marks and masks inside the waits, sends and masking apart
+            st = b.stats
+            assert st.marks_s > 0 and st.send_s > 0 and st.marks_s + st.masks_s <= st.rpc_s, st.as_dict()
+            assert checked or (st.masks_s > 0 and st.apply_s > 0), st.as_dict()
             # each child keeps to its share of the cores: the children and the model's loop split the host's
             for p in hook._processes:
                 assert p.request(("threads",)) == {"compile": process_cores(k), "torch": 1, "tvm": "1"}

@@ -155,6 +155,11 @@ class ConstraintStats:
     finished_untiled: int = 0      # of them, ended without their tiling annotations (a tiled block left unbound)
     runaway_lines: int = 0         # lines cut at ``LINE_MAX_BYTES`` without their end (drawn again, or the attempt ends)
     rpc_s: float = 0.0             # the decoding loop waiting for the constraint processes' answers (``PROCESSES``)
+    # of the decoding loop's time with constraint processes (session 34: where a step's overhead goes, read off any run):
+    marks_s: float = 0.0           # asking and waiting for line marks (``line_marks``; in ``rpc_s``)
+    masks_s: float = 0.0           # asking and waiting for masks (in ``rpc_s``)
+    send_s: float = 0.0            # sending the sampled tokens (``ahead``; not in ``rpc_s``)
+    apply_s: float = 0.0           # gathering the mask rows, copying them to the model's device, masking the logits
     held_tokens: int = 0           # tokens attempts held while their end check ran (``END_WAIT_STEPS``; taken back)
     lazy_lines: int = 0            # lines whose first token was drawn before their state was known (``LAZY_LINE_STARTS``)
     lazy_refused: int = 0          # of those first tokens, taken back (refused by the line's mask once known, or with

@@ -370,13 +370,17 @@ class ProcessAttempts:
     def ahead(self, attempts: Any, tokens: Any, final: bool = False) -> None:
         from little_dragon.generation.constrained import _compile_threads, _sample_first
 
+        t = time.perf_counter()
         dev = tokens.device
         flags = (final, _sample_first(dev), _compile_threads(dev))
         for i, (_, local, (toks,)) in self._split(attempts.tolist(), tokens.tolist()).items():
             self.processes[i].send(("ahead", local, toks, *flags))
+        self.stats.send_s += time.perf_counter() - t
 
     def line_marks(self, attempts: Any) -> tuple[list[int], list[bool]]:
+        t = time.perf_counter()
         marks = self._ask("marks", attempts.tolist())
+        self.stats.marks_s += time.perf_counter() - t
         return [m[0] for m in marks], [m[1] for m in marks]
 
     def sample_first(self, device: Any) -> bool:
@@ -396,7 +400,9 @@ class ProcessAttempts:
 
         t = time.perf_counter()
         rows = self._ask("masks", attempts.tolist())
-        self.stats.wait_s += time.perf_counter() - t
+        t1 = time.perf_counter()
+        self.stats.wait_s += t1 - t
+        self.stats.masks_s += t1 - t
         self._first()
         if len(self._bitmask) == 1:
             (only,) = self._bitmask.values()
@@ -404,6 +410,7 @@ class ProcessAttempts:
         else:
             bits = torch.stack([self._bitmask[i][r] for i, r in rows])
         apply_bitmask(scores, bits)
+        self.stats.apply_s += time.perf_counter() - t1
         return scores
 
     def close(self) -> None:
