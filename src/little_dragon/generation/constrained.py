@@ -141,7 +141,7 @@ class ConstraintStats:
     compiled: int = 0              # line grammars compiled (the rest were cached: same schedule facts)
     setup_s: float = 0.0           # making the attempts' constraints (first states; kernels sent to the worker)
     first_mask_s: float = 0.0      # from an engine call's start to its first masks (its cold start)
-    wait_s: float = 0.0            # the decoding loop waiting for masks (shared-prefix engine)
+    wait_s: float = 0.0            # the decoding loop waiting for masks (shared-prefix engine; in ``rpc_s`` with processes)
     checked: int = 0               # sampled tokens checked before any mask (``SAMPLE_FIRST``)
     check_refused: int = 0         # of them refused: the attempt draws again (``redraws``), then from its mask
     redraws: int = 0               # tokens drawn again after a refusal, without the refused ones, and checked
@@ -156,8 +156,7 @@ class ConstraintStats:
     runaway_lines: int = 0         # lines cut at ``LINE_MAX_BYTES`` without their end (drawn again, or the attempt ends)
     rpc_s: float = 0.0             # the decoding loop waiting for the constraint processes' answers (``PROCESSES``)
     # of the decoding loop's time with constraint processes (session 34: where a step's overhead goes, read off any run):
-    marks_s: float = 0.0           # asking and waiting for line marks (``line_marks``; in ``rpc_s``)
-    masks_s: float = 0.0           # asking and waiting for masks (in ``rpc_s``)
+    marks_s: float = 0.0           # asking and waiting for line marks (``line_marks``; in ``rpc_s``; masks: ``wait_s``)
     send_s: float = 0.0            # sending the sampled tokens (``ahead``; not in ``rpc_s``)
     apply_s: float = 0.0           # gathering the mask rows, copying them to the model's device, masking the logits
     held_tokens: int = 0           # tokens attempts held while their end check ran (``END_WAIT_STEPS``; taken back)
@@ -219,7 +218,8 @@ class TokenEngine:
         self._lock = threading.Lock()
         self._bytes: dict[int, bytes] = {}
         self._ws_masks: dict[int, Any] = {}
-        self._hold_masks: dict[Any, Any] = {}
+        self._hold_masks: dict[int, Any] = {}
+        self._start_masks: dict[int, Any] = {}
         self._ws_ok: list[bytes] | None = None
         self._newline: list[tuple[int, bytes]] | None = None
         self.compile_work_s = 0.0  # seconds spent compiling line grammars, all threads (not only waiting)
@@ -330,9 +330,9 @@ class TokenEngine:
         """``[words]`` int32 bitmask of every token a line may start with whatever the schedule (``LAZY_LINE_STARTS``):
         not the end, not white space the canonical-white-space rule refuses at a line's start (``restrict_whitespace``);
         every line's mask at its start is inside it.  Cached per width."""
-        hit = self._hold_masks.get(("start", words))
+        hit = self._start_masks.get(words)
         if hit is None:
-            hit = self._hold_masks[("start", words)] = self.hold_mask(words) & self.whitespace_masks(words)[WS_START]
+            hit = self._start_masks[words] = self.hold_mask(words) & self.whitespace_masks(words)[WS_START]
         return hit
 
     def allowed_at(self, mask: Any, token: int) -> bool:
@@ -1416,7 +1416,7 @@ class ScriptConstraint:
         if token != eos and m.compute_ff_bytes():
             row = allocate_bitmask(1, self.engine.vocab_size)[0]
             m.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * row.element_size())
-            return bool((int(row[token // 32]) >> (token % 32)) & 1)
+            return self.engine.allowed_at(row, token)
         return True
 
     def _kind_candidates(self, prefix: bytes) -> list[str]:

@@ -402,7 +402,6 @@ class ProcessAttempts:
         rows = self._ask("masks", attempts.tolist())
         t1 = time.perf_counter()
         self.stats.wait_s += t1 - t
-        self.stats.masks_s += t1 - t
         self._first()
         if len(self._bitmask) == 1:
             (only,) = self._bitmask.values()
