@@ -280,10 +280,11 @@ class StepTimer:
     charges the prefill to the constraint)."""
 
     def __init__(self, model: Any):
-        self.calls: list[list[float]] = []  # per generate call: [prefill seconds, decoding steps]
+        self.calls: list[list[float]] = []  # per generate call: [prefill seconds, decoding steps, forward seconds]
         self.rows: list[list[int]] = []     # per generate call: the batch's rows at each decoding step (its shape)
         self.engine_steps = 0
         self._t0: float | None = None
+        self._step_t0: float | None = None  # a decoding step's forward call began (its launch: no sync on a GPU)
         self._handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
                          model.register_forward_hook(self._post)]
 
@@ -294,14 +295,18 @@ class StepTimer:
         prefill = ids is not None and ids.shape[-1] > 1 and not (mask is not None and mask.dim() == 4)
         self.engine_steps += int(mask is not None and mask.dim() == 4)  # the shared-prefix engine's decoding steps
         if prefill or not self.calls:
-            self.calls.append([0.0, 0])
+            self.calls.append([0.0, 0, 0.0])
             self.rows.append([])
             self._t0 = time.perf_counter()
         else:
             self.calls[-1][1] += 1
             self.rows[-1].append(int(ids.shape[0]) if ids is not None else 0)
+            self._step_t0 = time.perf_counter()
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
+        if self._step_t0 is not None:  # the model's own call: on a GPU its kernels' launch, the rest of a step the loop's
+            self.calls[-1][2] += time.perf_counter() - self._step_t0
+            self._step_t0 = None
         if self._t0 is not None:
             logits = getattr(output, "logits", None)
             if logits is not None and logits.is_cuda:  # the prefill's kernels, not only their launch
@@ -315,7 +320,7 @@ class StepTimer:
         """The first ``n_calls`` generate calls (an arm's first pass; resamples come after)."""
         calls = self.calls[:n_calls]
         return {"prefills": len(calls), "prefill_s": sum(c[0] for c in calls), "steps": int(sum(c[1] for c in calls)),
-                "rows_per_step": self.rows[:n_calls]}
+                "forward_s": sum(c[2] for c in calls), "rows_per_step": self.rows[:n_calls]}
 
     def remove(self) -> None:
         for h in self._handles:
@@ -412,7 +417,12 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
         knobs = [_knob(m) for m in modes if m != "shared_prefix" and not re.fullmatch(r"(retries|back)\d+", m)]
         from little_dragon.generation import shared_prefix
 
-        def owner(knob: str) -> Any:  # REDRAWS and REFILL are the engine's (shared_prefix), the rest the constraint's
+        from little_dragon.generation import constraint_process
+
+        def owner(knob: str) -> Any:  # REDRAWS and REFILL are the engine's (shared_prefix), MASKS_WITH_MARKS the
+            #                          processes' parent side (constraint_process), the rest the constraint's
+            if knob == "MASKS_WITH_MARKS":
+                return constraint_process
             return shared_prefix if knob in ("REDRAWS", "REFILL") else mod
 
         saved = [(name, getattr(owner(name), name, None)) for name, _ in knobs]
@@ -474,21 +484,26 @@ def _knob(mode: str) -> tuple[str, Any]:
     (THREAD_FACTORS False: the constraint before session 32).  +noannmove: `ann` of any key on any block or loop, and a
     block moved by `at`/`rat` may be moved again (ANNOTATION_AND_MOVE_RULES False: before session 33).  +eager / +lazy:
     every line's state and grammar before its first token, or its first token drawn ahead of them (LAZY_LINE_STARTS;
-    arms without either: eager, the default)."""
+    arms without either: eager, the default).  +masksapart: a masked step asks its constraint processes for marks, then
+    for masks (constraint_process.MASKS_WITH_MARKS False: before session 35; by default the masks come with the marks).
+    +niceN: the constraint processes (and their TVM workers) at niceness N above the model's loop (PROCESS_NICE)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),
              "noredraw": ("REDRAWS", 0), "norefill": ("REFILL", False), "nothreadfactors": ("THREAD_FACTORS", False),
              "noannmove": ("ANNOTATION_AND_MOVE_RULES", False), "eager": ("LAZY_LINE_STARTS", False),
-             "lazy": ("LAZY_LINE_STARTS", True)}
+             "lazy": ("LAZY_LINE_STARTS", True), "masksapart": ("MASKS_WITH_MARKS", False)}
     if mode in fixed:
         return fixed[mode]
     if re.fullmatch(r"process\d*", mode):
         return "PROCESSES", int(mode[len("process"):] or 1)
     if re.fullmatch(r"wait\d+", mode):
         return "END_WAIT_STEPS", int(mode[len("wait"):])
+    if re.fullmatch(r"nice\d+", mode):
+        return "PROCESS_NICE", int(mode[len("nice"):])
     raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, norefill, "
-                     "nothreadfactors, noannmove, eager, lazy, processN, waitN, retriesN, backN, shared_prefix)")
+                     "nothreadfactors, noannmove, eager, lazy, masksapart, processN, niceN, waitN, retriesN, backN, "
+                     "shared_prefix)")
 
 
 def _score(rows: list[dict[str, Any]], attempts: list[list[str]], tok: Any, evaluate: bool) -> dict[str, Any]:
@@ -598,6 +613,7 @@ def bench_ab(args: argparse.Namespace) -> dict[str, Any]:
             out["arms"] = _arm_results({n: rs for n, rs in runs.items() if rs}, tok)  # every arm, after the last
             _write(args, out)
     _print_steps(out)
+    _print_step_parts(out)
     _print_costs(out)
     _write(args, out)
     if args.no_score:  # timing only (a device call's minutes): score later with --evaluate-from on any machine
@@ -637,9 +653,11 @@ def _arm_results(runs: dict[str, list[dict[str, Any]]], tok: Any) -> dict[str, d
                     "load_1min": [r.get("load_1min") for r in runs[name]],
                     "arm_s": statistics.median(r.get("arm_s", 0.0) for r in runs[name]),
                     "cpu_main_s": statistics.median(r.get("cpu_main_s", 0.0) for r in runs[name]),
-                    "cpu_workers_s": statistics.median(r.get("cpu_workers_s", 0.0) for r in runs[name])})
+                    "cpu_workers_s": statistics.median(r.get("cpu_workers_s", 0.0) for r in runs[name]),
+                    "forward_s": statistics.median(r.get("forward_s", 0.0) for r in runs[name])})
         if arm.get("steps"):
             res["ms_per_step"] = 1e3 * res["decode_s"] / arm["steps"]
+            res["forward_ms_per_step"] = 1e3 * res["forward_s"] / arm["steps"]
             res["decode_tokens_per_s"] = arm["generated"] / res["decode_s"]
         same = [other for other in runs if other != name and runs[other][0]["first"] == arm["first"]]
         if same:
@@ -730,6 +748,26 @@ def _print_steps(out: dict[str, Any]) -> None:
         total = a.get("cpu_main_s", 0.0) + a.get("cpu_workers_s", 0.0)
         print(f"| {name} | {a.get('arm_s', 0.0):.2f} | {a.get('cpu_main_s', 0.0):.2f} | "
               f"{a.get('cpu_workers_s', 0.0):.2f} | {total:.2f} | {ratio(total, own.get('arm_s'))} |")
+
+
+def _print_step_parts(out: dict[str, Any]) -> None:
+    """Where a decoding step goes: the model's call (on a GPU the launch of its kernels, the host's work) and the rest
+    of the loop; of that rest, with constraint processes, the waits for their answers (marks, with the masks that come
+    with them; masks asked apart), the sends of each step's tokens and the masking (ms a step)."""
+    arms = {n: a for n, a in out["arms"].items() if a.get("steps")}
+    print("\n| arm | ms a step | model's call | rest of the loop | marks (+ masks) | masks asked apart | sends |"
+          " masking | end checks waited (processes) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, a in arms.items():
+        st, steps = a.get("stats") or {}, a["steps"]
+
+        def per(x: Any) -> str:
+            return "-" if x is None else f"{1e3 * x / steps:.2f}"
+        fwd = a.get("forward_ms_per_step")
+        rest = None if fwd is None else a["ms_per_step"] - fwd
+        print(f"| {name} | {a['ms_per_step']:.2f} | {'-' if fwd is None else f'{fwd:.2f}'} | "
+              f"{'-' if rest is None else f'{rest:.2f}'} | {per(st.get('marks_s'))} | {per(st.get('wait_s'))} | "
+              f"{per(st.get('send_s'))} | {per(st.get('apply_s'))} | {per(st.get('end_wait_s'))} |")
 
 
 def _print_costs(out: dict[str, Any]) -> None:

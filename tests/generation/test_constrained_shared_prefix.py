@@ -469,6 +469,14 @@ def test_a_refused_line_is_drawn_again_as_if_it_never_was(setup, monkeypatch):
                 _drawn_as_alone(proc.out[p * k + j], alone, len(new) + ended, temperature, (p, j))
         assert sum(c.retried for c in inner.constraints) == st.line_retries
         assert went_on > 0, st.as_dict()
+        # each retry reason keeps its first lines drawn again, to be read: the refused line last, after the marker
+        assert set(st.retry_examples) == set(st.retry_reasons), st.retry_examples
+        for reason, texts in st.retry_examples.items():
+            assert 1 <= len(texts) <= min(st.retry_reasons[reason], constrained.RETRY_EXAMPLES)
+            for text in texts:
+                taken = text.split("~~~ taken back:\n", 1)[1].split("\n~~~ and the line being written:")[0].split("\n")
+                if reason.startswith("apply:"):  # a line TVM refused, drawn again at its own start: that line alone
+                    assert len(taken) == 1 and taken[0].strip(), text
         if not checked:
             assert proc.dropped == st.retried_tokens
 
@@ -521,14 +529,20 @@ def test_the_constraint_processes_sample_what_the_thread_samples(setup, monkeypa
             assert all(p.child.pid != os.getpid() and p.child.is_alive() for p in hook._processes)
             assert (b.first_scripts, b.scripts, b.first_ok) == (a.first_scripts, a.scripts, a.first_ok), (checked, k)
             assert {n: getattr(b.stats, n) for n in SAME_COUNTS} == {n: getattr(a.stats, n) for n in SAME_COUNTS}
+            # the children's retry examples join the hook's (which come first depends on how prompts were dealt out)
+            assert b.stats.retry_examples.keys() == a.stats.retry_examples.keys() == a.stats.retry_reasons.keys()
             assert b.stats.rpc_s > 0 and b.stats.first_mask_s > 0
             # the loop's time with its processes, by part: marks and masks inside the waits, sends and masking apart
             st = b.stats
             assert st.marks_s > 0 and st.send_s > 0 and st.marks_s + st.wait_s <= st.rpc_s, st.as_dict()
-            assert checked or (st.wait_s > 0 and st.apply_s > 0), st.as_dict()
+            assert st.apply_s > 0, st.as_dict()
+            # masked every step, a step's masks come with its marks (one request a step); drawn then checked, only
+            # the refused draws' masks are asked, apart
+            assert (st.mask_requests > 0) == checked, st.as_dict()
             # each child keeps to its share of the cores: the children and the model's loop split the host's
             for p in hook._processes:
-                assert p.request(("threads",)) == {"compile": process_cores(k), "torch": 1, "tvm": "1"}
+                assert p.request(("threads",)) == {"compile": process_cores(k), "torch": 1, "tvm": "1",
+                                                   "nice": os.nice(0)}
             hook.close()
             assert not any(p.child.is_alive() for p in hook._processes)
             # each ended by itself when its pipe closed (not killed at _stop's time limit: exit code -9)
@@ -557,6 +571,25 @@ def test_constraint_processes_by_the_machine():
     assert auto_processes(torch.device("cuda", 0), cpus=16) == 4 and auto_processes(torch.device("cuda"), cpus=128) == 4
     assert auto_processes(torch.device("cuda"), cpus=8) == 0
     assert auto_processes(torch.device("cpu"), cpus=64) == 0
+
+
+def test_constraint_processes_yield_the_cores_to_the_model_when_told(setup, monkeypatch):
+    """``constrained.PROCESS_NICE``: a child (and the TVM workers it starts) runs that much nicer than the model's loop,
+    whose step is the critical path; by default as nice as it."""
+    import os
+
+    from little_dragon.generation import constrained
+    from little_dragon.generation.constraint_process import ConstraintProcess
+
+    _, tok, _ = setup
+    for nice in (0, 3):
+        monkeypatch.setattr(constrained, "PROCESS_NICE", nice)
+        proc = ConstraintProcess(tok, semantic=False)
+        try:
+            proc.wait_ready()
+            assert proc.request(("threads",))["nice"] == os.nice(0) + nice
+        finally:
+            proc.close()
 
 
 def test_the_constraint_process_names_its_failures_and_is_replaced_when_it_dies(setup):

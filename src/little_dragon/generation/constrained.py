@@ -125,6 +125,11 @@ def workload_of_prompt(prompt: str) -> Workload | None:
 
 
 # -------------------------------------------------------------------------------------------- statistics
+RETRY_EXAMPLES = 2          # examples kept per retry reason (``ConstraintStats.retry_examples``)
+RETRY_CONTEXT_LINES = 4     # of each, the lines kept before the first line taken back
+RETRY_BACK_LINES = 60       # and the lines taken back kept
+
+
 @dataclasses.dataclass
 class ConstraintStats:
     attempts: int = 0
@@ -141,7 +146,8 @@ class ConstraintStats:
     compiled: int = 0              # line grammars compiled (the rest were cached: same schedule facts)
     setup_s: float = 0.0           # making the attempts' constraints (first states; kernels sent to the worker)
     first_mask_s: float = 0.0      # from an engine call's start to its first masks (its cold start)
-    wait_s: float = 0.0            # the decoding loop waiting for masks (shared-prefix engine; in ``rpc_s`` with processes)
+    wait_s: float = 0.0            # the decoding loop waiting for masks (shared-prefix engine; with processes: asked apart,
+    #                                in ``rpc_s``, ``mask_requests``)
     checked: int = 0               # sampled tokens checked before any mask (``SAMPLE_FIRST``)
     check_refused: int = 0         # of them refused: the attempt draws again (``redraws``), then from its mask
     redraws: int = 0               # tokens drawn again after a refusal, without the refused ones, and checked
@@ -156,9 +162,10 @@ class ConstraintStats:
     runaway_lines: int = 0         # lines cut at ``LINE_MAX_BYTES`` without their end (drawn again, or the attempt ends)
     rpc_s: float = 0.0             # the decoding loop waiting for the constraint processes' answers (``PROCESSES``)
     # of the decoding loop's time with constraint processes (session 34: where a step's overhead goes, read off any run):
-    marks_s: float = 0.0           # asking and waiting for line marks (``line_marks``; in ``rpc_s``; masks: ``wait_s``)
+    marks_s: float = 0.0           # asking and waiting for line marks and the masks that come with them (in ``rpc_s``)
     send_s: float = 0.0            # sending the sampled tokens (``ahead``; not in ``rpc_s``)
     apply_s: float = 0.0           # gathering the mask rows, copying them to the model's device, masking the logits
+    mask_requests: int = 0         # masks asked of the processes apart (drawn then checked); else they come with marks
     held_tokens: int = 0           # tokens attempts held while their end check ran (``END_WAIT_STEPS``; taken back)
     lazy_lines: int = 0            # lines whose first token was drawn before their state was known (``LAZY_LINE_STARTS``)
     lazy_refused: int = 0          # of those first tokens, taken back (refused by the line's mask once known, or with
@@ -166,15 +173,27 @@ class ConstraintStats:
     end_wait_s: float = 0.0        # time waiting for end checks' verdicts after those steps (not in yet)
     reasons: dict[str, int] = dataclasses.field(default_factory=dict)
     retry_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
+    # the first RETRY_EXAMPLES lines drawn again for each retry reason: the lines taken back (the refused one last) after
+    # the lines before them, so a run's retries can be read, not only counted
+    retry_examples: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
     def add_reason(self, reason: str, retried: bool = False) -> None:
         key, counts = reason[:120], self.retry_reasons if retried else self.reasons
         counts[key] = counts.get(key, 0) + 1
 
+    def add_retry_example(self, reason: str, text: str) -> None:
+        seen = self.retry_examples.setdefault(reason[:120], [])
+        if len(seen) < RETRY_EXAMPLES:
+            seen.append(text)
+
     def add(self, other: dict[str, Any]) -> None:
         """Add ``other`` (``dataclasses.asdict`` of another's counts: the constraint process's of one call) to these."""
         for name, value in other.items():
-            if isinstance(value, dict):
+            if name == "retry_examples":
+                for key, texts in value.items():
+                    for text in texts:
+                        self.add_retry_example(key, text)
+            elif isinstance(value, dict):
                 counts = getattr(self, name)
                 for key, n in value.items():
                     counts[key] = counts.get(key, 0) + n
@@ -403,6 +422,10 @@ SAMPLE_FIRST: bool | None = None
 # thread.  Session 28 on the H200, one process: the model's loop stays at the free step's cost, but waits on the one
 # process's ~67 ms of work a step, so the step is no faster (results/constrained-decoding.md); N > 1 is unmeasured there.
 PROCESSES: int = 0
+# the constraint processes' niceness (``os.nice``; their TVM workers inherit it): above 0 the model's loop, the critical
+# path, takes a core first where the children and their workers outnumber the host's cores.  0: as the parent (the
+# default); the bench's +niceN.
+PROCESS_NICE: int = 0
 # [end wait] a script's end check at `post *` while the attempt has retries left: the check runs in the end worker and
 # the attempt holds this many decoding steps (it feeds the model whatever it draws but the end, and takes those tokens
 # back), then reads the verdict, waiting for it only if it is not in yet (``ScriptConstraint._end_verdict``).  Until
@@ -936,7 +959,16 @@ class ScriptConstraint:
         self.take_back += n
         self.stats.line_retries += 1
         self.stats.retried_tokens += n
-        self.stats.add_reason(re.sub(r"\d+", "N", why[:300]), retried=True)
+        reason = re.sub(r"\d+", "N", why[:300])
+        self.stats.add_reason(reason, retried=True)
+        before = start.text.split("\n")[:-1][-RETRY_CONTEXT_LINES:]
+        back = self.text[len(start.text):].split("\n")[:-1][:RETRY_BACK_LINES]  # the refused line last (or `post *`)
+        writing = self.line.decode("utf-8", "replace")  # what the attempt had written of its next line (taken back too)
+        if back and writing.partition("\n")[0].strip() == back[-1].strip():  # refused as it ended: that line itself
+            writing = ""
+        self.stats.add_retry_example(reason, "\n".join([*before, "~~~ taken back:", *back]
+                                                       + ([f"~~~ and the line being written: {writing!r}"] if writing
+                                                          else [])))
         self.text, self.n_insts, self.post_section, self._line_order = (start.text, start.n_insts, start.post_section,
                                                                          start.order)
         self.state, self.n_tokens, self.finished, self.post_left = start.state, start.n_tokens, False, start.post_left

@@ -18,13 +18,14 @@ each child holds its share of the call's prompts, and the ids below are its own:
 - ``("ahead", ids, tokens, final, checked, threads)``, no answer: the tokens just sampled.  The child consumes them at
   once (while the parent's model computes) and, unless ``final`` or ``checked`` (draw-then-check sampling), computes the next
   masks.  What it raises is answered to the next request.
-- ``("marks", ids)`` -> ``(taken_back, at_line_start)`` (``AttemptLogitsProcessor.line_marks``; destructive, so asked,
-  never pushed).
+- ``("marks", ids, masks)`` -> ``(taken_back, at_line_start, rows)`` (``AttemptLogitsProcessor.line_marks``; destructive,
+  so asked, never pushed); ``masks``: ``rows`` are also the answer to ``("masks", ids)`` (the engine masks the same
+  attempts right after their marks: one request a step instead of two), else None.
 - ``("allows", ids, tokens, redraw)`` -> ``[bool]`` (``AttemptLogitsProcessor.allows``).
 - ``("masks", ids)`` -> ``[row]``: the rows of ``bitmask`` holding the masks of ``ids`` (computed ahead, or now).
 - ``("close",)`` -> ``None``: every end check settled.
-- ``("threads",)`` -> ``{"compile", "torch", "tvm"}``: the child's thread pools (``limit_threads``: its share of the
-  host's cores, ``process_cores``).
+- ``("threads",)`` -> ``{"compile", "torch", "tvm", "nice"}``: the child's thread pools (``limit_threads``: its share of
+  the host's cores, ``process_cores``) and niceness (``constrained.PROCESS_NICE``).
 - ``("results", texts, n)`` -> ``(pairs, counts)``: ``AttemptLogitsProcessor.results`` and the call's
   ``ConstraintStats`` as a dict (the parent adds it to its hook's).
 - Answers are ``("ok", value)`` or ``("error", traceback)``; the parent raises the latter as ``ConstraintProcessError``.
@@ -45,6 +46,9 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0  # how often a waiting parent checks that the child still lives
+# a masked step's masks come in the answers to its marks (one request a step to each process); False: asked apart after
+# them (before session 35, and the bench's +masksapart)
+MASKS_WITH_MARKS = True
 
 
 class ConstraintProcessError(RuntimeError):
@@ -112,6 +116,10 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
         for k, v in knobs.items():
             setattr(constrained, k, v)
         constrained.PROCESSES = 0
+        if constrained.PROCESS_NICE:
+            import os
+
+            os.nice(constrained.PROCESS_NICE)
         if cores is not None:
             limit_threads(cores)
         hook = constrained.ConstrainedDecoding(tokenizer, semantic, line_retries, finish_back, processes=0)
@@ -157,21 +165,20 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
                 proc._bitmask.share_memory_()
                 out: Any = (proc.takes_back, proc._bitmask)
             elif op == "marks":
-                out = proc.line_marks_ids(args[0])
+                ids, masks = args
+                drops, starts = proc.line_marks_ids(ids)
+                out = (drops, starts, _mask_rows(proc, ids) if masks else None)
             elif op == "allows":
                 out = proc.allows_ids(*args)
             elif op == "masks":
-                ids = args[0]
-                if not all(a in proc._rows for a in ids):
-                    proc._fill(ids)
-                out, proc._rows = [proc._rows[a] for a in ids], {}
+                out = _mask_rows(proc, args[0])
             elif op == "threads":
                 import os
 
                 import torch
 
                 out = {"compile": constrained._workers(), "torch": torch.get_num_threads(),
-                       "tvm": os.environ.get("TVM_NUM_THREADS")}
+                       "tvm": os.environ.get("TVM_NUM_THREADS"), "nice": os.nice(0)}
             elif op == "close":
                 out = proc.close() if proc is not None else None
             elif op == "results":
@@ -184,6 +191,14 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
             conn.send(("error", traceback.format_exc()))
             continue
         conn.send(("ok", out))
+
+
+def _mask_rows(proc: Any, ids: list[int]) -> list[int]:
+    """The rows of the shared bitmask holding the masks of attempts ``ids`` (computed ahead, or now)."""
+    if not all(a in proc._rows for a in ids):
+        proc._fill(ids)
+    out, proc._rows = [proc._rows[a] for a in ids], {}
+    return out
 
 
 def _exit_child() -> None:
@@ -319,6 +334,7 @@ class ProcessAttempts:
         self.processes, self.n, self.stats = processes, n, stats
         self._t0: float | None = t0  # the call's start: its first masks time the cold start
         self._counted = False
+        self._rows: dict[int, tuple[int, int]] = {}  # attempt id -> (process, bitmask row), come with the last marks
         k = len(processes)
         for proc in processes:
             proc.ensure()
@@ -354,8 +370,9 @@ class ProcessAttempts:
                 self.processes[i].send((op, local, *cols, *extra))
             out: list = [None] * len(ids)
             for (i, (where, _, _)), got in zip(parts.items(), _answers([self.processes[i] for i in parts], op)):
-                if op == "marks":
-                    got = list(zip(*got))
+                if op == "marks":  # (drops, starts, rows or None) -> per attempt (drop, start, (process, row) or None)
+                    drops, starts, rows = got
+                    got = list(zip(drops, starts, [(i, r) for r in rows] if rows is not None else [None] * len(drops)))
                 for pos, value in zip(where, got):
                     out[pos] = (i, value) if op == "masks" else value
             return out
@@ -378,8 +395,15 @@ class ProcessAttempts:
         self.stats.send_s += time.perf_counter() - t
 
     def line_marks(self, attempts: Any) -> tuple[list[int], list[bool]]:
+        """The marks of ``attempts``; unless draws are checked first, their masks come in the same answers (the engine
+        masks these attempts next: ``__call__``), so a step waits on its processes once."""
+        from little_dragon.generation.constrained import _sample_first
+
         t = time.perf_counter()
-        marks = self._ask("marks", attempts.tolist())
+        ids = attempts.tolist()
+        masks = MASKS_WITH_MARKS and not _sample_first(attempts.device)
+        marks = self._ask("marks", ids, extra=(masks,))
+        self._rows = {a: m[2] for a, m in zip(ids, marks)} if masks else {}
         self.stats.marks_s += time.perf_counter() - t
         return [m[0] for m in marks], [m[1] for m in marks]
 
@@ -399,15 +423,28 @@ class ProcessAttempts:
         from little_dragon.generation.constrained import apply_bitmask
 
         t = time.perf_counter()
-        rows = self._ask("masks", attempts.tolist())
+        ids = attempts.tolist()
+        came, self._rows = self._rows, {}
+        if came and all(a in came for a in ids):  # with the step's marks
+            rows = [came[a] for a in ids]
+        else:
+            rows = self._ask("masks", ids)
+            self.stats.mask_requests += 1
         t1 = time.perf_counter()
         self.stats.wait_s += t1 - t
         self._first()
         if len(self._bitmask) == 1:
             (only,) = self._bitmask.values()
             bits = only[[r for _, r in rows]]
-        else:
-            bits = torch.stack([self._bitmask[i][r] for i, r in rows])
+        else:  # one gather per process, then the rows back in the attempts' order
+            by: dict[int, tuple[list[int], list[int]]] = {}
+            for pos, (i, r) in enumerate(rows):
+                where, local = by.setdefault(i, ([], []))
+                where.append(pos)
+                local.append(r)
+            got = torch.cat([self._bitmask[i][local] for i, (_, local) in by.items()])
+            bits = torch.empty_like(got)
+            bits[torch.tensor([pos for where, _ in by.values() for pos in where])] = got
         apply_bitmask(scores, bits)
         self.stats.apply_s += time.perf_counter() - t1
         return scores

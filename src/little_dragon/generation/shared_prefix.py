@@ -330,28 +330,35 @@ class _TakeBack:
         if not bool(live.any()):
             return logits
         drop, start = proc.line_marks(ids_of[live])
-        where = live.nonzero()                                       # (m, 2): cache row, attempt
         back = [i for i, d in enumerate(drop) if d]
+        if not back and not any(start):
+            return logits
+        # the attempts' places and kept counts read off the device once (not a read per attempt: each is a sync)
+        where = live.nonzero().tolist()                              # (m, 2): cache row, attempt
+        rows = alive.tolist()
+        kept = n_steps[alive].tolist()                               # (b, n): by cache row
         if back:
             logits = logits.clone()
             for i in back:
-                r, j = int(where[i, 0]), int(where[i, 1])
-                row = int(alive[r])
-                keep = int(n_steps[row, j]) - int(drop[i])
+                r, j = where[i]
+                row, had = rows[r], kept[r][j]
+                keep = had - int(drop[i])
                 starts = self.line_logits.get((row, j), {})
                 if keep not in starts:
                     raise ValueError(f"attempt {int(ids_of[live][i])} takes back {drop[i]} of its "
-                                     f"{int(n_steps[row, j])} tokens: no line started after {keep}")
-                self.visible[row, j, self.step_of[row, j, keep:int(n_steps[row, j])]] = False
+                                     f"{had} tokens: no line started after {keep}")
+                self.visible[row, j, self.step_of[row, j, keep:had]] = False
                 n_steps[row, j] = keep
+                kept[r][j] = keep
                 logits[r, j] = starts[keep]
                 for later in [k for k in starts if k > keep]:
                     del starts[later]
             self.ragged = True
-        for i in (i for i, s in enumerate(start) if s):
-            r, j = int(where[i, 0]), int(where[i, 1])
-            row = int(alive[r])
-            self.line_logits.setdefault((row, j), {})[int(n_steps[row, j])] = logits[r, j].clone()
+        firsts = [where[i] for i, s in enumerate(start) if s]
+        if firsts:  # one gather for every line start of the step; each keeps its own row of it
+            got = logits[[r for r, _ in firsts], [j for _, j in firsts]]
+            for (r, j), row_logits in zip(firsts, got):
+                self.line_logits.setdefault((rows[r], j), {})[kept[r][j]] = row_logits
         return logits
 
     def trim(self, proc: Any, ids_of: Any, n_steps: Any) -> None:
