@@ -296,3 +296,16 @@ def test_an_end_check_read_steps_later_acts_as_one_read_at_once(engine, smollm2)
     plain = ScriptConstraint(engine, wl)   # no retries: the verdict at once, the attempt dead at `post *`
     _feed(plain, engine, smollm2, "".join(x + "\n" for x in bad))
     assert plain.dead and cut.dead and cut.error == plain.error and cut.script("") == plain.script(""), cut.error
+
+
+def test_the_end_wait_by_device(monkeypatch):
+    """[end wait] ``END_WAIT_STEPS`` None: 4 steps on a CPU, 3 on an accelerator (session 35's H100: the processes waited
+    6.7 s for verdicts with 1 step, 2.5 s with 3); a setting wins over the device."""
+    import torch
+
+    from little_dragon.generation import constrained
+
+    assert constrained.END_WAIT_STEPS is None
+    assert constrained._end_wait(torch.device("cpu")) == 4 and constrained._end_wait(torch.device("cuda", 0)) == 3
+    monkeypatch.setattr(constrained, "END_WAIT_STEPS", 0)
+    assert constrained._end_wait(torch.device("cuda", 0)) == 0

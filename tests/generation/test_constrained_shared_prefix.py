@@ -539,6 +539,10 @@ def test_the_constraint_processes_sample_what_the_thread_samples(setup, monkeypa
             # masked every step, a step's masks come with its marks (one request a step); drawn then checked, only
             # the refused draws' masks are asked, apart
             assert (st.mask_requests > 0) == checked, st.as_dict()
+            # every marks request is in the waits' buckets: its steps and seconds (the first tokens' included)
+            assert sum(st.marks_wait_steps.values()) > 0 and set(st.marks_wait_steps) == set(st.marks_wait_bucket_s)
+            assert sum(st.marks_wait_bucket_s.values()) == pytest.approx(st.marks_s)
+            assert 0 < sum(st.marks_wait_starts.values()) <= sum(st.marks_wait_steps.values()) * 4 * len(prompts)
             # each child keeps to its share of the cores: the children and the model's loop split the host's
             for p in hook._processes:
                 assert p.request(("threads",)) == {"compile": process_cores(k), "torch": 1, "tvm": "1",

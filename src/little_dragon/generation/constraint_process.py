@@ -404,8 +404,11 @@ class ProcessAttempts:
         masks = MASKS_WITH_MARKS and not _sample_first(attempts.device)
         marks = self._ask("marks", ids, extra=(masks,))
         self._rows = {a: m[2] for a, m in zip(ids, marks)} if masks else {}
-        self.stats.marks_s += time.perf_counter() - t
-        return [m[0] for m in marks], [m[1] for m in marks]
+        waited = time.perf_counter() - t
+        self.stats.marks_s += waited
+        starts = [m[1] for m in marks]
+        self.stats.add_marks_wait(waited, sum(starts))
+        return [m[0] for m in marks], starts
 
     def sample_first(self, device: Any) -> bool:
         from little_dragon.generation.constrained import _sample_first
@@ -418,6 +421,7 @@ class ProcessAttempts:
         return out
 
     def __call__(self, attempts: Any, input_ids: Any, scores: Any) -> Any:
+        import numpy as np
         import torch
 
         from little_dragon.generation.constrained import apply_bitmask
@@ -433,19 +437,21 @@ class ProcessAttempts:
         t1 = time.perf_counter()
         self.stats.wait_s += t1 - t
         self._first()
+        # the rows gathered with numpy, one gather per process: torch's CPU ops here would wake its intra-op threads,
+        # which spin on the cores the processes work on
         if len(self._bitmask) == 1:
             (only,) = self._bitmask.values()
-            bits = only[[r for _, r in rows]]
-        else:  # one gather per process, then the rows back in the attempts' order
+            bits = only.numpy()[[r for _, r in rows]]
+        else:
             by: dict[int, tuple[list[int], list[int]]] = {}
             for pos, (i, r) in enumerate(rows):
                 where, local = by.setdefault(i, ([], []))
                 where.append(pos)
                 local.append(r)
-            got = torch.cat([self._bitmask[i][local] for i, (_, local) in by.items()])
-            bits = torch.empty_like(got)
-            bits[torch.tensor([pos for where, _ in by.values() for pos in where])] = got
-        apply_bitmask(scores, bits)
+            got = np.concatenate([self._bitmask[i].numpy()[local] for i, (_, local) in by.items()])
+            bits = np.empty_like(got)
+            bits[[pos for where, _ in by.values() for pos in where]] = got
+        apply_bitmask(scores, torch.from_numpy(bits))
         self.stats.apply_s += time.perf_counter() - t1
         return scores
 
