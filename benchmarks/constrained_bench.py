@@ -486,7 +486,8 @@ def _knob(mode: str) -> tuple[str, Any]:
     every line's state and grammar before its first token, or its first token drawn ahead of them (LAZY_LINE_STARTS;
     arms without either: eager, the default).  +masksapart: a masked step asks its constraint processes for marks, then
     for masks (constraint_process.MASKS_WITH_MARKS False: before session 35; by default the masks come with the marks).
-    +niceN: the constraint processes (and their TVM workers) at niceness N above the model's loop (PROCESS_NICE)."""
+    +niceN: the constraint processes (and their TVM workers) at niceness N above the model's loop (PROCESS_NICE).
+    +endworkersN: deferred end checks on N TVM workers side by side (END_CHECK_WORKERS; arms without it: one)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),
@@ -499,10 +500,12 @@ def _knob(mode: str) -> tuple[str, Any]:
         return "PROCESSES", int(mode[len("process"):] or 1)
     if re.fullmatch(r"wait\d+", mode):
         return "END_WAIT_STEPS", int(mode[len("wait"):])
+    if re.fullmatch(r"endworkers\d+", mode):
+        return "END_CHECK_WORKERS", int(mode[len("endworkers"):])
     if re.fullmatch(r"nice\d+", mode):
         return "PROCESS_NICE", int(mode[len("nice"):])
     raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, norefill, "
-                     "nothreadfactors, noannmove, eager, lazy, masksapart, processN, niceN, waitN, retriesN, backN, "
+                     "nothreadfactors, noannmove, eager, lazy, masksapart, processN, niceN, endworkersN, waitN, retriesN, backN, "
                      "shared_prefix)")
 
 

@@ -686,6 +686,34 @@ def test_attempts_that_hold_for_their_end_check_keep_the_masked_distribution(set
         _drawn_as_alone(proc.out[p * k + j], alone, len(new) + done, temperature, (p, j))
 
 
+def test_end_checks_on_several_workers_draw_the_same_attempts(setup, monkeypatch):
+    """[end workers] ``END_CHECK_WORKERS`` 2: the deferred end checks run on two TVM workers side by side (each
+    end-check thread its own), and the engine draws the same attempts with the same counts as on one: a verdict is read
+    at the step the end wait says, whichever worker gave it."""
+    import threading
+
+    from little_dragon.generation import constrained
+
+    model, tok, prompts = setup
+    model = _fond_of(model, tok, "blk C\nloops b0 3\nsplit l1 8\npost *\n", 6.0)
+    runs = []
+    for workers in (1, 2):
+        monkeypatch.setattr(constrained, "END_CHECK_WORKERS", workers)
+        st, constraints, _, out = _recorded_call(model, tok, prompts, 4, 96, 1.0, defer_end=True, end_wait=2)
+        runs.append((out.token_ids, [(c.text, c.dead, c.done, c.error) for c in constraints],
+                     {n: getattr(st, n) for n in SAME_COUNTS + ("held_tokens",)}))
+    assert runs[0] == runs[1] and runs[0][2]["end_checked"] > 0 and runs[0][2]["held_tokens"] > 0, runs[0][2]
+    # two checks at once run on the two workers
+    both = threading.Barrier(2)
+
+    def role() -> str:
+        both.wait(timeout=30)
+        return constrained._END_ROLE.name
+
+    futures = [constrained._end_checks().submit(role) for _ in range(2)]
+    assert sorted(f.result(timeout=60) for f in futures) == ["end", "end1"] == constrained.end_roles()
+
+
 def test_lines_started_ahead_of_their_state_keep_the_masked_distribution(setup, monkeypatch):
     """[lazy line starts] With ``lazy`` and line retries (a model fond of compute-at lines TVM refuses): each line's
     first token is drawn before its state is known, from every token a line may start with, and kept only if the line's

@@ -504,13 +504,38 @@ def _compile_threads(device: Any) -> bool:
     return getattr(device, "type", "cpu") != "cpu" and _workers() > 1
 
 
-@functools.lru_cache(maxsize=1)
-def _end_checks() -> Any:
-    """One thread for deferred end checks (``ScriptConstraint.defer_end``): each waits on the TVM worker beside the
-    decoding loop, which goes on with the next step."""
+# [end workers] deferred end checks run in this many TVM workers of their own (roles "end", "end1", ...), side by side:
+# a prompt's k attempts often reach `post *` within a few steps of each other, and on one worker their checks queue (on
+# this CPU a CUDA attempt's check takes ~70 ms, up to 430; eight queued outlast any end wait).  Session 35's H100 A/B
+# (16 x 8, four processes, end wait 3): 24 of 1,792 steps waited >= 100 ms for the processes' answers, 10.5 of the loop's
+# 19 s of waiting, at ~14 line starts a step, while the processes waited 4.9 s for verdicts.  The verdicts and the step
+# that reads each are the same however many workers check (the same draws); only the waits change.  1: one worker (the
+# default until a device A/B measures more; the bench's +endworkersN).
+END_CHECK_WORKERS: int = 1
+_END_ROLE = threading.local()  # an end-check thread's worker role
+
+
+def end_roles(n: int | None = None) -> list[str]:
+    """The TVM worker roles of the deferred end checks (``END_CHECK_WORKERS``)."""
+    return ["end" if i == 0 else f"end{i}" for i in range(max(1, END_CHECK_WORKERS if n is None else n))]
+
+
+@functools.lru_cache(maxsize=4)
+def _end_check_pool(n: int) -> Any:
     from concurrent.futures import ThreadPoolExecutor
 
-    return ThreadPoolExecutor(1, thread_name_prefix="end-check")
+    roles = iter(end_roles(n))
+
+    def take_role() -> None:  # each thread of the pool its own worker
+        _END_ROLE.name = next(roles)
+
+    return ThreadPoolExecutor(n, thread_name_prefix="end-check", initializer=take_role)
+
+
+def _end_checks() -> Any:
+    """``END_CHECK_WORKERS`` threads for deferred end checks (``ScriptConstraint.defer_end``), each waiting on a TVM
+    worker of its own beside the decoding loop, which goes on with the next step."""
+    return _end_check_pool(max(1, END_CHECK_WORKERS))
 
 
 @functools.lru_cache(maxsize=1)
@@ -696,7 +721,7 @@ def clear_caches() -> None:
         cache.data.clear()
     _LIVE.data.clear()
     if ISOLATE_TVM:
-        for role in ("lines", "end"):
+        for role in ("lines", *end_roles()):
             tvm_worker(role).clear()
 
 
@@ -1363,6 +1388,8 @@ class ScriptConstraint:
         t0 = time.perf_counter()
         try:
             if ISOLATE_TVM:
+                if role == "end":  # a deferred check: the worker of its end-check thread
+                    role = getattr(_END_ROLE, "name", "end")
                 return tvm_worker(role).finish_check(wl.key, wl.mod, wl.target, text)
             return finish_check(wl.mod, wl.post_context, text, wl.key)
         except Exception as e:  # noqa: BLE001 - TVM crashed or hung on it (the worker names line and workload)
@@ -1934,7 +1961,7 @@ class ConstrainedDecoding:
             self._processes = [ConstraintProcess(tokenizer, semantic, line_retries, finish_back,
                                                  cores=process_cores(processes)) for _ in range(processes)]
         elif semantic and ISOLATE_TVM:
-            for role in ("lines", "end"):  # the workers' processes and imports while the caller loads its model
+            for role in ("lines", *end_roles()):  # the workers' processes and imports while the caller loads its model
                 tvm_worker(role).start()
 
     def engine(self, vocab_size: int | None = None) -> TokenEngine:
