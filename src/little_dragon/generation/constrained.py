@@ -460,6 +460,10 @@ THREAD_FACTORS = True
 # bench's +noannmove).
 ANNOTATION_AND_MOVE_RULES = True
 
+# [bind the fused loop] right after a `fuse`, a `bind` binds the loop it made (``grammar_line._parallel_rules``: every
+# MetaSchedule trace does); False: any free loop (before session 35, and the bench's +nobindfused).
+BIND_FUSED = True
+
 
 # [lazy line starts] A line's first token is drawn before TVM has applied the line before it.  A line ended at step t
 # sends its prefix to the TVM worker and the attempt draws its next token at step t+1 from every token a line may start
@@ -891,12 +895,16 @@ class ScriptConstraint:
         decoded = _decoded(self.text)
         derived = reorder_derivable(decoded.trace)
         run = tiling_run(decoded.trace)
-        if run is None:
-            return {"reorder_derived": derived}
-        counts, tvm_loops = run
         names = {tvm: mine for mine, tvm in decoded.defined.items()}
+        base: dict[str, Any] = {"reorder_derived": derived}
+        insts = decoded.trace[0]
+        if BIND_FUSED and insts and insts[-1][0] == "Fuse" and insts[-1][3] and insts[-1][3][0] in names:
+            base["bind_loop"] = int(names[insts[-1][3][0]][1:])  # [bind the fused loop] a `bind` next binds it
+        if run is None:
+            return base
+        counts, tvm_loops = run
         loops = frozenset(int(names[t][1:]) for t in tvm_loops if t in names)
-        order = {"reorder_derived": derived, "tile_counts": counts, "tile_loops": loops}
+        order = {**base, "tile_counts": counts, "tile_loops": loops}
         bounds = self._thread_bounds() if THREAD_FACTORS else None
         threads = tiling_threads(decoded.trace, *bounds) if bounds else None
         return {**order, "tile_threads": threads} if threads else order

@@ -746,7 +746,7 @@ def _axis_forms(axes: tuple[str, ...] | list[str]) -> list[str]:
     return [f for a in axes for f in (THREAD_FULL[a], a, f'"{a}"')]
 
 
-def _parallel_rules(state: ScheduleState) -> list[str]:
+def _parallel_rules(state: ScheduleState, bind_loop: int | None = None) -> list[str]:
     """[par/vec/bind] TVM parallelizes, vectorizes or binds a loop only if every block iter whose binding uses
     it is data parallel (``LPAR``), or binds it to threadIdx.x/y/z when a reduction iter is among them (``TIDX``,
     cross-thread reduction); a loop that carries any other iter kind is none of these (``state.loop_iters``).
@@ -754,7 +754,12 @@ def _parallel_rules(state: ScheduleState) -> list[str]:
     another extent (``state.loop_nested_axes``): TVM accepts that and lowers it to a kernel that leaves outputs
     unwritten (session 11's sealed wrong results); such a loop takes the other axes it may take (``bn<k>``).
     [bound] A loop already bound to a thread axis is not bound again (``state.loop_bound``: TVM binds it again, no real
-    trace does, and a model can repeat the line until its budget ends)."""
+    trace does, and a model can repeat the line until its budget ends).
+    [bind the fused loop] Right after a `fuse` (``bind_loop``: the loop it made), a `bind` binds that loop: every
+    MetaSchedule trace does (its GPU tilings and AutoBind fuse loops, then bind the fused one; 1,137 of 1,137 such pairs
+    in the CUDA split's scripts, session 35), and session 34-35's H100 attempts that bound another loop there (a tiling
+    of `pad_temp` binding `l21` after `fuse l4 l9 l14 l19` made `l24`) ran 2 threads a thread block, refused at the
+    bounds line and taken back to their tiling (``BIND_FUSED`` in ``constrained``; the bench's +nobindfused)."""
     kind, nested = state.loop_iters, state.loop_nested_axes
     par = [k for k in sorted(state.loops) if kind.get(k, "S") == "S"]
     red = [k for k in sorted(state.loops) if kind.get(k, "S") == "R"]
@@ -763,6 +768,11 @@ def _parallel_rules(state: ScheduleState) -> list[str]:
     all_axes, tidx_axes = (_CPU_AXES, ()) if state.cpu else (_AXES, _THREAD_IDX_AXES)  # [target]: no GPU threads
     rules = ['k_par: "par" LPAR', 'k_vec: "vec" LPAR', "LPAR: " + _alts([f"l{k}" for k in par]),
              "TIDX: " + _alts(_axis_forms(tidx_axes)), "AXIS: " + _alts(_axis_forms(all_axes))]
+    if bind_loop is not None:
+        free_par = [k for k in free_par if k == bind_loop and all_axes]
+        free_red = [k for k in free_red if k == bind_loop and tidx_axes]
+        if not free_par and not free_red:  # the fused loop takes no axis here: no `bind` line (not a dead end)
+            return rules + _unreachable("k_bind")
     bind = ["BPAR AXIS", "BRED TIDX"]
     for axes, loops in ((all_axes, free_par), (tidx_axes, free_red)):
         for k in loops:
@@ -846,7 +856,8 @@ def state_key(state: ScheduleState | None) -> tuple | None:
 
 def line_grammar(state: ScheduleState | None, first: bool = False, finished: bool = False,
                  reorder_derived: bool = True, tile_counts: tuple[int, ...] = (),
-                 tile_loops: frozenset[int] = frozenset(), tile_threads: tuple[int, ...] = ()) -> str:
+                 tile_loops: frozenset[int] = frozenset(), tile_threads: tuple[int, ...] = (),
+                 bind_loop: int | None = None) -> str:
     """The Lark grammar (llguidance's dialect: the codec's, unchanged syntax) of the next line.
 
     ``state`` None: syntax only (no workload known, or the facts could not be computed).  ``reorder_derived``:
@@ -854,19 +865,20 @@ def line_grammar(state: ScheduleState | None, first: bool = False, finished: boo
     ``reorder_derivable``); False forbids `reorder *` (an explicit `reorder` of loops stays allowed).
     ``tile_counts``/``tile_loops``: inside a multi-level tiling (``tiling_run``), its (S, R) level counts and the
     loops (script indices) whose `tile` line has the count of its iter kind; ``tile_threads``: its thread bounds and
-    the thread factors so far (``tiling_threads``), on a GPU target."""
+    the thread factors so far (``tiling_threads``), on a GPU target.  ``bind_loop``: the loop the line before made
+    by `fuse` (script index): a `bind` line binds it (``_parallel_rules``)."""
     if finished:
         return finished_grammar()
-    order = _order_key(reorder_derived, tile_counts, tile_loops, tile_threads)
+    order = _order_key(reorder_derived, tile_counts, tile_loops, tile_threads, bind_loop)
     return _line_grammar(state_key(state), state, first, finished, order)
 
 
 def _order_key(reorder_derived: bool, tile_counts: tuple[int, ...], tile_loops: frozenset[int],
-               tile_threads: tuple[int, ...]) -> tuple:
+               tile_threads: tuple[int, ...], bind_loop: int | None = None) -> tuple:
     """The order rules of a line as one hashable key (``_semantic_text`` unpacks it): a run's loops and thread
     bounds count only inside a tiling run."""
     return (reorder_derived, tuple(tile_counts), frozenset(tile_loops) if tile_counts else frozenset(),
-            tuple(tile_threads) if tile_counts else ())
+            tuple(tile_threads) if tile_counts else (), bind_loop)
 
 
 def reorder_derivable(trace_json: list) -> bool:
@@ -877,7 +889,7 @@ def reorder_derivable(trace_json: list) -> bool:
 
 
 def _line_grammar(key: tuple | None, state: ScheduleState | None, first: bool, finished: bool,
-                  order: tuple = (True, (), frozenset(), ())) -> str:
+                  order: tuple = (True, (), frozenset(), (), None)) -> str:
     hit = _MEMO.get((key, first, finished, order))
     if hit is None:
         hit = _fixed_rules() + _line_start(first, finished) + "\n" + _semantic_text(key, state, order)
@@ -890,8 +902,9 @@ def _line_grammar(key: tuple | None, state: ScheduleState | None, first: bool, f
 def _semantic_text(key: tuple | None, state: ScheduleState | None, order: tuple) -> str:
     hit = _MEMO.get(("semantic", key, order))
     if hit is None:
-        reorder_derived, counts, loops, threads = order
-        hit = _MEMO[("semantic", key, order)] = _semantic_rules(state, counts, loops, reorder_derived, threads) + "\n"
+        reorder_derived, counts, loops, threads, bind_loop = order
+        hit = _MEMO[("semantic", key, order)] = _semantic_rules(state, counts, loops, reorder_derived, threads,
+                                                                bind_loop) + "\n"
     return hit
 
 
@@ -1030,10 +1043,11 @@ class LineKinds:
 
 
 def line_kinds(state: ScheduleState, reorder_derived: bool = True, tile_counts: tuple[int, ...] = (),
-               tile_loops: frozenset[int] = frozenset(), tile_threads: tuple[int, ...] = ()) -> LineKinds:
+               tile_loops: frozenset[int] = frozenset(), tile_threads: tuple[int, ...] = (),
+               bind_loop: int | None = None) -> LineKinds:
     """``LineKinds`` of the line grammar ``line_grammar(state, ..)`` (not first or finished: the kinds are the same;
     the start rule differs only in the empty line, which a kind's grammar never needs)."""
-    order = _order_key(reorder_derived, tile_counts, tile_loops, tile_threads)
+    order = _order_key(reorder_derived, tile_counts, tile_loops, tile_threads, bind_loop)
     key = ("kinds", state_key(state), order)
     hit = _MEMO.get(key)
     if hit is None:
@@ -1043,7 +1057,7 @@ def line_kinds(state: ScheduleState, reorder_derived: bool = True, tile_counts: 
 
 def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = (),
                     tile_loops: frozenset[int] = frozenset(), reorder_derived: bool = True,
-                    tile_threads: tuple[int, ...] = ()) -> str:
+                    tile_threads: tuple[int, ...] = (), bind_loop: int | None = None) -> str:
     if state is None:
         return "\n".join([_SYNTAX_ONLY, *(_base_rule(r) for r in _CODEC_AS_IS), _base_rule("k_unann"),
                           *_codec_annotate_rules(),
@@ -1092,7 +1106,7 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     # [tile once] a loop a `tile` line made is not tiled again (``ScheduleState.loop_tiled``)
     out += _tile_rules({k: e for k, e in state.loops.items() if k not in state.loop_tiled}, tile_counts, tile_loops,
                        state.loop_iters, tile_threads)
-    out += _parallel_rules(state)
+    out += _parallel_rules(state, bind_loop)
     out += _split_fuse_rules(state)
     out += _rfactor_rules(state)
     # [no-op] `post` (the script's end) only once the prefix has changed the kernel: else the evaluator's no_op
