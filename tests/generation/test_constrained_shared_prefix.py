@@ -524,6 +524,9 @@ def test_the_constraint_processes_sample_what_the_thread_samples(setup, monkeypa
         assert a.stats.lines > 0 and a.stats.line_retries > 0 and (lazy or a.stats.resampled > 0), a.stats.as_dict()
         assert (a.stats.checked > 0) == checked
         assert (a.stats.lazy_lines > 0) == lazy and (a.stats.lazy_refused > 0) == lazy, a.stats.as_dict()
+        # attempts cut at the token budget keep their last lines to be read (the first few of them)
+        assert a.stats.truncated > 0 and len(a.stats.cut_examples) == min(a.stats.truncated, constrained.CUT_EXAMPLES)
+        assert all(x.startswith("~~~ ") and " lines, the last " in x for x in a.stats.cut_examples)
         for k, (b, hook) in zip(counts[1:], others):
             assert len(hook._processes) == k and hook.last_constraints == []
             assert all(p.child.pid != os.getpid() and p.child.is_alive() for p in hook._processes)
@@ -531,6 +534,7 @@ def test_the_constraint_processes_sample_what_the_thread_samples(setup, monkeypa
             assert {n: getattr(b.stats, n) for n in SAME_COUNTS} == {n: getattr(a.stats, n) for n in SAME_COUNTS}
             # the children's retry examples join the hook's (which come first depends on how prompts were dealt out)
             assert b.stats.retry_examples.keys() == a.stats.retry_examples.keys() == a.stats.retry_reasons.keys()
+            assert len(b.stats.cut_examples) == len(a.stats.cut_examples)
             assert b.stats.rpc_s > 0 and b.stats.first_mask_s > 0
             # the loop's time with its processes, by part: marks and masks inside the waits, sends and masking apart
             st = b.stats

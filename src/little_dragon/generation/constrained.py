@@ -126,6 +126,7 @@ def workload_of_prompt(prompt: str) -> Workload | None:
 
 # -------------------------------------------------------------------------------------------- statistics
 MARKS_WAIT_BUCKETS = (1, 2, 5, 10, 20, 50, 100)  # ms: the upper ends of ``ConstraintStats.marks_wait_steps``' buckets
+CUT_EXAMPLES = 4            # attempts cut at the token budget whose last lines are kept (``ConstraintStats.cut_examples``)
 RETRY_EXAMPLES = 2          # examples kept per retry reason (``ConstraintStats.retry_examples``)
 RETRY_CONTEXT_LINES = 4     # of each, the lines kept before the first line taken back
 RETRY_BACK_LINES = 60       # and the lines taken back kept
@@ -182,6 +183,9 @@ class ConstraintStats:
     # the first RETRY_EXAMPLES lines drawn again for each retry reason: the lines taken back (the refused one last) after
     # the lines before them, so a run's retries can be read, not only counted
     retry_examples: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    # the last RETRY_BACK_LINES checked lines of the first CUT_EXAMPLES attempts cut at the token budget: what the
+    # stragglers that hold a batch's last rows for hundreds of steps were writing (their scripts keep a finished prefix)
+    cut_examples: list[str] = dataclasses.field(default_factory=list)
 
     def add_reason(self, reason: str, retried: bool = False) -> None:
         key, counts = reason[:120], self.retry_reasons if retried else self.reasons
@@ -202,7 +206,9 @@ class ConstraintStats:
     def add(self, other: dict[str, Any]) -> None:
         """Add ``other`` (``dataclasses.asdict`` of another's counts: the constraint process's of one call) to these."""
         for name, value in other.items():
-            if name == "retry_examples":
+            if name == "cut_examples":
+                self.cut_examples.extend(value[:max(0, CUT_EXAMPLES - len(self.cut_examples))])
+            elif name == "retry_examples":
                 for key, texts in value.items():
                     for text in texts:
                         self.add_retry_example(key, text)
@@ -1320,6 +1326,10 @@ class ScriptConstraint:
         if self.done:
             return self._repair(generated)
         self.stats.truncated += 1
+        if len(self.stats.cut_examples) < CUT_EXAMPLES:
+            lines = self.text.split("\n")[:-1]
+            self.stats.cut_examples.append("\n".join([f"~~~ {len(lines)} lines, the last {RETRY_BACK_LINES}:",
+                                                       *lines[-RETRY_BACK_LINES:]]))
         return self._repair(self._finished(self.text))
 
     def _repair(self, text: str) -> str:
