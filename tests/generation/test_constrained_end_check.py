@@ -118,16 +118,22 @@ def test_verify_gpu_code_is_checked_at_the_end(engine, smollm2, isolate):
     assert c.may_end()
 
 
-def test_a_nested_binding_made_by_the_post_processing_is_rejected(engine, smollm2, isolate):
+def test_a_nested_binding_made_by_the_post_processing_is_rejected(engine, smollm2, isolate, monkeypatch):
     """The sealed run's post-processing case: every line is allowed and applies, TVM's post-processors accept the
     script (the codec's validity says valid), and the finished kernel binds blockIdx.x on a loop inside another
-    blockIdx.x loop of another extent.  The end check rejects it, naming the loop."""
+    blockIdx.x loop of another extent.  The end check rejects it, naming the loop.  (Since session 35 the script is
+    refused earlier, at its `bind l4 bx` right after `fuse l1`: [bind the fused loop]; the end check is read without
+    that rule, for kernels that reach the same binding by other lines.)"""
     from little_dragon.codec import PostprocContext
     from little_dragon.codec.validity import check_module_script
+    from little_dragon.generation import constrained
     from little_dragon.generation.constrained import Workload
 
     mod, target = _row_sum_module(), _cuda_target()
     assert check_module_script(ROW_SUM, mod, PostprocContext(mod, target)).valid  # TVM alone accepts it
+    where, c = feed_constraint(engine, Workload(mod, target), smollm2, ROW_SUM)
+    assert where is not None and where.startswith("token ") and where.endswith(r"fuse l1\nbind l'"), where
+    monkeypatch.setattr(constrained, "BIND_FUSED", False)
     where, c = feed_constraint(engine, Workload(mod, target), smollm2, ROW_SUM)
     assert where is None, where
     assert c.dead and c.error.startswith("post: nested thread binding") and "blockIdx.x" in c.error, c.error

@@ -32,7 +32,7 @@ def _rebound(st, k: int, form: str) -> bool:
 
 
 @pytest.mark.parametrize("db,before", [("real_llvm_db", ("par", "vec", "ann")), ("real_cuda_db", ("bind", "vec"))])
-def test_masked_par_vec_bind_lines_are_the_ones_tvm_refuses_for_their_iters(engine, smollm2, db, before):
+def test_masked_par_vec_bind_lines_are_the_ones_tvm_refuses_for_their_iters(engine, smollm2, db, before, monkeypatch):
     """At real prefixes (right before a real record's `par`/`vec`/`bind` line): for every live loop and each form,
     a line the mask forbids is one TVM refuses (the constraint never forbids what TVM accepts), a loop that
     carries a reduction iter is forbidden `par`/`vec`/a block or vthread bind and allowed a threadIdx bind, and
@@ -41,8 +41,12 @@ def test_masked_par_vec_bind_lines_are_the_ones_tvm_refuses_for_their_iters(engi
     rule's, and on the CPU (llvm) a bind to a block or thread axis the target rule's (forbidden although TVM's Bind
     accepts them)."""
 
+    from little_dragon.generation import constrained
     from little_dragon.generation.schedule_worker import cpu_target
 
+    # a real `bind` line follows a `fuse`, where [bind the fused loop] offers the fused loop alone
+    # (test_constrained_bind_fused.py): the iter-kind rule is read over every loop without it
+    monkeypatch.setattr(constrained, "BIND_FUSED", False)
     forbidden = reductions = 0
     for name, mod, wl, head, _ in real_prefixes(DATA / db, before, limit=3):
         st = prefix_state(mod, head)
@@ -71,10 +75,13 @@ def test_masked_par_vec_bind_lines_are_the_ones_tvm_refuses_for_their_iters(engi
     assert reductions and forbidden, (reductions, forbidden)
 
 
-def test_a_reduction_loop_bound_to_a_block_axis_is_refused_by_tvm_and_masked(engine, smollm2):
+def test_a_reduction_loop_bound_to_a_block_axis_is_refused_by_tvm_and_masked(engine, smollm2, monkeypatch):
     """The H200's most frequent rejection: a loop carrying a reduction iter bound to blockIdx. TVM refuses it on
-    the real CUDA record's workload; the mask forbids its thread token; the cross-thread form is allowed."""
+    the real CUDA record's workload; the mask forbids its thread token; the cross-thread form is allowed (without
+    [bind the fused loop], which right after the record's `fuse` offers the fused loop alone)."""
+    from little_dragon.generation import constrained
 
+    monkeypatch.setattr(constrained, "BIND_FUSED", False)
     for name, mod, wl, head, _ in real_prefixes(DATA / "real_cuda_db", ("bind",), limit=1):
         st = prefix_state(mod, head)
         red = [k for k, kind in st.loop_iters.items() if kind == "R"]
