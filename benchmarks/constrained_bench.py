@@ -508,8 +508,7 @@ def _knob(mode: str) -> tuple[str, Any]:
         return "PROCESS_NICE", int(mode[len("nice"):])
     raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, norefill, "
                      "nothreadfactors, noannmove, nobindfused, eager, lazy, masksapart, processN, niceN, endworkersN, waitN, "
-                     "retriesN, backN, "
-                     "shared_prefix)")
+                     "retriesN, backN, shared_prefix)")
 
 
 def _score(rows: list[dict[str, Any]], attempts: list[list[str]], tok: Any, evaluate: bool) -> dict[str, Any]:

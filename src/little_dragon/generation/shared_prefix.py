@@ -355,7 +355,7 @@ class _TakeBack:
                     del starts[later]
             self.ragged = True
         firsts = [where[i] for i, s in enumerate(start) if s]
-        if firsts:  # one gather for every line start of the step; each keeps its own row of it
+        if firsts:  # one gather for every line start of the step; each keeps its row (a view of that copy, never written)
             got = logits[[r for r, _ in firsts], [j for _, j in firsts]]
             for (r, j), row_logits in zip(firsts, got):
                 self.line_logits.setdefault((rows[r], j), {})[kept[r][j]] = row_logits
