@@ -488,14 +488,16 @@ def _knob(mode: str) -> tuple[str, Any]:
     for masks (constraint_process.MASKS_WITH_MARKS False: before session 35; by default the masks come with the marks).
     +niceN: the constraint processes (and their TVM workers) at niceness N above the model's loop (PROCESS_NICE).
     +endworkersN: deferred end checks on N TVM workers side by side (END_CHECK_WORKERS; arms without it: one).
-    +nobindfused: a `bind` right after a `fuse` may bind any free loop (BIND_FUSED False: before session 35)."""
+    +nobindfused: a `bind` right after a `fuse` may bind any free loop (BIND_FUSED False: before session 35).
+    +byprompt: with constraint processes, a prompt's attempts all in one of them (SPREAD_ATTEMPTS False: before session
+    36; by default they are dealt out among the processes in groups)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),
              "noredraw": ("REDRAWS", 0), "norefill": ("REFILL", False), "nothreadfactors": ("THREAD_FACTORS", False),
              "noannmove": ("ANNOTATION_AND_MOVE_RULES", False), "eager": ("LAZY_LINE_STARTS", False),
              "lazy": ("LAZY_LINE_STARTS", True), "masksapart": ("MASKS_WITH_MARKS", False),
-             "nobindfused": ("BIND_FUSED", False)}
+             "nobindfused": ("BIND_FUSED", False), "byprompt": ("SPREAD_ATTEMPTS", False)}
     if mode in fixed:
         return fixed[mode]
     if re.fullmatch(r"process\d*", mode):
@@ -507,7 +509,7 @@ def _knob(mode: str) -> tuple[str, Any]:
     if re.fullmatch(r"nice\d+", mode):
         return "PROCESS_NICE", int(mode[len("nice"):])
     raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, norefill, "
-                     "nothreadfactors, noannmove, nobindfused, eager, lazy, masksapart, processN, niceN, endworkersN, waitN, "
+                     "nothreadfactors, noannmove, nobindfused, byprompt, eager, lazy, masksapart, processN, niceN, endworkersN, waitN, "
                      "retriesN, backN, shared_prefix)")
 
 

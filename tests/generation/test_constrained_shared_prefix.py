@@ -489,11 +489,11 @@ SAME_COUNTS = ("attempts", "lines", "rejected_decode", "rejected_apply", "reject
 
 def test_the_constraint_processes_sample_what_the_thread_samples(setup, monkeypatch):
     """``constrained.PROCESSES``: the constraints, their masks and TVM workers in processes of their own (one, or two
-    sharing out the prompts) give the same first and final scripts, verdicts and counts as the thread beside the forward
-    pass -- masked every step and drawn then checked, with line retries (a model fond of refused compute-at lines) and
-    an earlier finish, and with line starts drawn ahead of their state (``LAZY_LINE_STARTS``: every line start, so the
-    draws do not depend on how the prompts are dealt out); the children's counts join the hook's, and they end when
-    closed."""
+    sharing out the attempts: [spread] each prompt's 4 in two groups, one a process, or by prompt, as before session 36)
+    give the same first and final scripts, verdicts and counts as the thread beside the forward pass -- masked every
+    step and drawn then checked, with line retries (a model fond of refused compute-at lines) and an earlier finish,
+    and with line starts drawn ahead of their state (``LAZY_LINE_STARTS``: every line start, so the draws do not depend
+    on how the attempts are dealt out); the children's counts join the hook's, and they end when closed."""
     import os
 
     import torch
@@ -504,11 +504,13 @@ def test_the_constraint_processes_sample_what_the_thread_samples(setup, monkeypa
     model, tok, prompts = setup
     model = _fond_of(model, tok, FOND_OF_REFUSED, 6.0)
     monkeypatch.setattr(constrained, "ANNOTATION_AND_MOVE_RULES", False)  # FOND_OF_REFUSED's moves TVM refuses
-    for checked, counts, lazy in ((False, (0, 1, 2), False), (True, (0, 2), False), (False, (0, 2), True)):
+    for checked, arms, lazy in ((False, ((0, True), (1, True), (2, True), (2, False)), False),
+                                (True, ((0, True), (2, True)), False), (False, ((0, True), (2, True)), True)):
         runs = []
-        for processes in counts:
+        for processes, spread in arms:
             constrained.BACKGROUND, constrained.SAMPLE_FIRST, constrained.PROCESSES = True, checked, processes
             monkeypatch.setattr(constrained, "LAZY_LINE_STARTS", lazy)
+            monkeypatch.setattr(constrained, "SPREAD_ATTEMPTS", spread)
             try:
                 hook = constrained.ConstrainedDecoding(tok, line_retries=1, finish_back=4)
                 torch.manual_seed(3)
@@ -527,10 +529,11 @@ def test_the_constraint_processes_sample_what_the_thread_samples(setup, monkeypa
         # attempts cut at the token budget keep their last lines to be read (the first few of them)
         assert a.stats.truncated > 0 and len(a.stats.cut_examples) == min(a.stats.truncated, constrained.CUT_EXAMPLES)
         assert all(x.startswith("~~~ ") and " lines, the last " in x for x in a.stats.cut_examples)
-        for k, (b, hook) in zip(counts[1:], others):
+        for (k, spread), (b, hook) in zip(arms[1:], others):
             assert len(hook._processes) == k and hook.last_constraints == []
             assert all(p.child.pid != os.getpid() and p.child.is_alive() for p in hook._processes)
-            assert (b.first_scripts, b.scripts, b.first_ok) == (a.first_scripts, a.scripts, a.first_ok), (checked, k)
+            assert (b.first_scripts, b.scripts, b.first_ok) == (a.first_scripts, a.scripts, a.first_ok), (checked, k,
+                                                                                                          spread)
             assert {n: getattr(b.stats, n) for n in SAME_COUNTS} == {n: getattr(a.stats, n) for n in SAME_COUNTS}
             # the children's retry examples join the hook's (which come first depends on how prompts were dealt out)
             assert b.stats.retry_examples.keys() == a.stats.retry_examples.keys() == a.stats.retry_reasons.keys()
@@ -623,7 +626,7 @@ def test_the_constraint_process_names_its_failures_and_is_replaced_when_it_dies(
         calls.line_marks(torch.tensor([0]))
     calls(torch.tensor([1]), None, scores)  # serves on: attempt 1's first mask
     assert torch.isinf(scores).any() and not torch.isinf(scores).all()
-    # two processes (prompt p to process p % 2): one fails a request, the other's answer to it is still read, so the
+    # two processes (prompt p's attempt j to process j % 2): one fails a request, the other's answer to it is still read, so the
     # next request's answers are that request's
     other = ConstraintProcess(tok, semantic=False)
     two = ProcessAttempts([proc, other], prompts[:2], 2, False, False, stats)
@@ -639,6 +642,37 @@ def test_the_constraint_process_names_its_failures_and_is_replaced_when_it_dies(
     assert proc.started == 2 and again.line_marks(torch.tensor([0])) == ([0], [True])
     proc.close()
     assert not proc.child.is_alive()
+
+
+def test_a_prompts_attempts_are_dealt_out_among_the_processes(setup, monkeypatch):
+    """[spread] Two processes, two prompts of 4 attempts: each process holds two attempts of each prompt (a prompt's
+    group i in process i), so the attempts of one prompt, which start lines and end together, work side by side; by
+    prompt (``SPREAD_ATTEMPTS`` False, before session 36) prompt p's 4 in process p.  Each process numbers its share
+    from 0, and 3 processes for 4 attempts (gcd 1) deal by prompt.  (That the scripts are the thread's either way:
+    ``test_the_constraint_processes_sample_what_the_thread_samples``.)"""
+    import torch
+
+    from little_dragon.generation import constrained
+    from little_dragon.generation.constrained import ConstraintStats
+    from little_dragon.generation.constraint_process import ConstraintProcess, ProcessAttempts
+
+    _, tok, prompts = setup
+    procs = [ConstraintProcess(tok, semantic=False) for _ in range(3)]
+    try:
+        for spread, k, want in ((True, 2, {0: [0, 1, 4, 5], 1: [2, 3, 6, 7]}),
+                                (False, 2, {0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}),
+                                (True, 3, {0: [0, 1, 2, 3], 1: [4, 5, 6, 7]})):
+            monkeypatch.setattr(constrained, "SPREAD_ATTEMPTS", spread)
+            calls = ProcessAttempts(procs[:k], prompts[:2], 4, False, False, ConstraintStats())
+            split = calls._split(list(range(8)))
+            assert {i: where for i, (where, _, _) in split.items()} == want, (spread, k)
+            assert all(local == list(range(len(local))) for _, local, _ in split.values())
+            # the answers come back in the attempts' order, whichever process holds them
+            assert calls.line_marks(torch.tensor([7, 0, 5, 2])) == ([0] * 4, [True] * 4)
+            calls.close()
+    finally:
+        for proc in procs:
+            proc.close()
 
 
 def _recorded_call(model, tok, prompts, k, max_new_tokens, temperature, **kw):

@@ -445,6 +445,14 @@ PROCESSES: int = 0
 # path, takes a core first where the children and their workers outnumber the host's cores.  0: as the parent (the
 # default); the bench's +niceN.
 PROCESS_NICE: int = 0
+# [spread] with several constraint processes, each prompt's attempts are dealt out among them (``gcd(k, N)`` groups of a
+# prompt's k attempts, its group g to process g, later prompts' groups round robin after them) instead of prompt p to
+# process p % N.  A prompt's attempts start their lines, and reach `post *`, within a few steps of each other: dealt out
+# by prompt, that work queued on one process's TVM worker and end worker (session 35's H100: 24 of 1,792 steps waited
+# 100 ms or more for their processes, 10.5 of the loop's 19 s of waiting, ~14 line starts among their attempts).  Each
+# process then parses every prompt's kernel and computes the lines its attempts share (side by side).  The same masks
+# and scripts either way (a test checks it).  False: by prompt (before session 36; the bench's +byprompt).
+SPREAD_ATTEMPTS = True
 # [end wait] a script's end check at `post *` while the attempt has retries left: the check runs in the end worker and
 # the attempt holds this many decoding steps (it feeds the model whatever it draws but the end, and takes those tokens
 # back), then reads the verdict, waiting for it only if it is not in yet (``ScriptConstraint._end_verdict``).  Until

@@ -2,13 +2,14 @@
 
 Why: in a thread beside the model (``constrained.BACKGROUND``) the constraint's Python shares the model's GIL, and on
 the H200 the forward pass took 35 -> 62 ms a step (results/constrained-decoding.md, session 22).  Here the constraints
-(``ScriptConstraint``), their line grammars, masks and TVM workers live in child processes, the call's prompts dealt
-out among them (``ProcessAttempts``); the model's process only sends each step's tokens and applies the masks.  The
+(``ScriptConstraint``), their line grammars, masks and TVM workers live in child processes, the call's attempts dealt
+out among them (a prompt's in groups: ``ProcessAttempts``); the model's process only sends each step's tokens and applies the masks.  The
 constraint is a function of each attempt's own tokens, so the masks and scripts are the thread's
 (tests/generation/test_constrained_shared_prefix.py runs both).
 
 Protocol: one duplex ``multiprocessing`` pipe per child (spawn context), requests answered in order, one at a time;
-each child holds its share of the call's prompts, and the ids below are its own:
+each child holds its share of the call's attempts (each group of a prompt's attempts a prompt of its own there), and
+the ids below are its own:
 
 - child -> parent once, at start: ``("ready", vocab_size)`` or ``("error", traceback)``.
 - ``("start", prompts, n, defer_end, retries, end_wait, lazy, knobs)`` -> ``(takes_back, bitmask)``: one engine call's constraints
@@ -37,6 +38,7 @@ new child.
 from __future__ import annotations
 
 import logging
+import math
 import multiprocessing
 import multiprocessing.util
 import time
@@ -323,25 +325,33 @@ def _answers(processes: list[ConstraintProcess], what: str) -> list:
 class ProcessAttempts:
     """``AttemptLogitsProcessor``'s interface to the shared-prefix engine, its work done in the constraint processes.
 
-    With several processes (``constrained.PROCESSES``) the call's prompts are dealt out, prompt ``p`` to process
-    ``p % N`` with its ``n`` attempts (they share schedule states and line grammars there).  Each step's requests go to
-    every process holding an attempt of the step, all sent before any answer is read, so the processes work side by
-    side.  Attempt ``p * n + j`` is attempt ``(p // N) * n + j`` of its process."""
+    With several processes (``constrained.PROCESSES``) the call's attempts are dealt out in groups: a prompt's ``n``
+    attempts form ``g = gcd(n, N)`` groups of ``n // g`` (``constrained.SPREAD_ATTEMPTS``; else ``g = 1``: the prompt's
+    attempts together), and group ``q = p * g + i`` (prompt ``p``'s i-th) goes to process ``q % N`` as a prompt of
+    its own with ``n // g`` attempts (the attempts of a group share schedule states and line grammars there).  Each
+    step's requests go to every process holding an attempt of the step, all sent before any answer is read, so the
+    processes work side by side.  Attempt ``p * n + j`` is attempt ``(q // N) * (n // g) + j % (n // g)`` of its
+    process, ``q = p * g + j // (n // g)``."""
 
     def __init__(self, processes: list[ConstraintProcess], prompts: list[str], n: int, defer_end: bool,
                  retries: bool, stats: Any, end_wait: int = 0, lazy: bool = False):
+        from little_dragon.generation import constrained
+
         t0 = time.perf_counter()
         self.processes, self.n, self.stats = processes, n, stats
         self._t0: float | None = t0  # the call's start: its first masks time the cold start
         self._counted = False
         self._rows: dict[int, tuple[int, int]] = {}  # attempt id -> (process, bitmask row), come with the last marks
         k = len(processes)
+        self.groups = math.gcd(n, k) if constrained.SPREAD_ATTEMPTS else 1  # a prompt's groups of attempts
+        self.per = n // self.groups                                          # attempts a group
+        groups = [p for p in prompts for _ in range(self.groups)]            # group q is prompt q // groups's
         for proc in processes:
             proc.ensure()
-        self._live = [i for i in range(k) if prompts[i::k]]
+        self._live = [i for i in range(k) if groups[i::k]]
         for i in self._live:
             processes[i].wait_ready()
-            processes[i].send(("start", prompts[i::k], n, defer_end, retries, end_wait, lazy, _knobs()))
+            processes[i].send(("start", groups[i::k], self.per, defer_end, retries, end_wait, lazy, _knobs()))
         answers = _answers([processes[i] for i in self._live], "start")
         self.takes_back = any(takes for takes, _ in answers)
         self._bitmask = {i: bits for i, (_, bits) in zip(self._live, answers)}
@@ -349,13 +359,14 @@ class ProcessAttempts:
 
     def _split(self, ids: list[int], *columns: list) -> dict[int, tuple[list[int], list[int], list[list]]]:
         """Process -> (positions in ``ids``, its local ids, those positions' entries of each of ``columns``)."""
-        k, n = len(self.processes), self.n
+        k, n, per = len(self.processes), self.n, self.per
         out: dict[int, tuple[list[int], list[int], list[list]]] = {}
         for pos, a in enumerate(ids):
             p, j = divmod(a, n)
-            where, local, cols = out.setdefault(p % k, ([], [], [[] for _ in columns]))
+            q = p * self.groups + j // per          # the attempt's group
+            where, local, cols = out.setdefault(q % k, ([], [], [[] for _ in columns]))
             where.append(pos)
-            local.append((p // k) * n + j)
+            local.append((q // k) * per + j % per)
             for c, col in zip(cols, columns):
                 c.append(col[pos])
         return out
@@ -465,13 +476,16 @@ class ProcessAttempts:
             self.stats.rpc_s += time.perf_counter() - t
 
     def results(self, texts: list[list[str]], n: int) -> list[list[tuple[str, bool]]]:
-        k = len(self.processes)
+        k, g = len(self.processes), self.groups
+        per = n // g
+        # a prompt's texts by group (one group: as they are, k texts of one constraint when greedy, ``n`` 1)
+        by_group = [attempts[i * per:(i + 1) * per] for attempts in texts for i in range(g)] if g > 1 else list(texts)
         for i in self._live:
-            self.processes[i].send(("results", texts[i::k], n))
-        out: list = [None] * len(texts)
+            self.processes[i].send(("results", by_group[i::k], per))
+        got: list = [None] * len(by_group)
         for i, (pairs, counts) in zip(self._live, _answers([self.processes[i] for i in self._live], "results")):
-            out[i::k] = pairs
+            got[i::k] = pairs
             if not self._counted:
                 self.stats.add(counts)
         self._counted = True
-        return out
+        return [[pair for q in range(p * g, (p + 1) * g) for pair in got[q]] for p in range(len(texts))]
