@@ -379,6 +379,8 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
     rev, *rev_modes = rev.split("+") if rev else [""]
     modes += rev_modes
     engine = "shared_prefix" if "shared_prefix" in modes else "dynamic"
+    profile = _Profile("profile" in modes)   # +profile: the arm's generation under cProfile (its timing inflated)
+    modes = [m for m in modes if m != "profile"]
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
     extra: dict[str, Any] = {}
@@ -389,9 +391,10 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
             refill = shared_prefix.REFILL
             shared_prefix.REFILL = "norefill" not in modes   # +norefill: chunks of rows (the only engine knob here)
             try:
-                first = shared_prefix.sample_shared_prefix(model, tok, prompts, args.k, args.max_new_tokens,
-                                                           args.temperature,
-                                                           prompts_per_chunk=max(1, args.batch_size // args.k))
+                with profile:
+                    first = shared_prefix.sample_shared_prefix(model, tok, prompts, args.k, args.max_new_tokens,
+                                                               args.temperature,
+                                                               prompts_per_chunk=max(1, args.batch_size // args.k))
             finally:
                 shared_prefix.REFILL = refill
             flat = [t for ts in first for t in ts]
@@ -449,9 +452,10 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
                 kw["hook"].wait_ready()
         t0 = time.perf_counter()
         try:
-            res = mod.generate_constrained(model, tok, prompts, args.k, args.max_new_tokens, args.temperature,
-                                           batch_size=args.batch_size, max_resamples=args.max_resamples,
-                                           semantic=(kind == "constrained"), **kw)
+            with profile:
+                res = mod.generate_constrained(model, tok, prompts, args.k, args.max_new_tokens, args.temperature,
+                                               batch_size=args.batch_size, max_resamples=args.max_resamples,
+                                               semantic=(kind == "constrained"), **kw)
         finally:
             shared_prefix.sample_token_ids = sample_token_ids
             for name, value in saved:
@@ -464,7 +468,40 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
                  "first_pass_rejected": sum(not ok for oks in res.first_ok for ok in oks),
                  "compile_work_s": None if work0 is None else tokens.compile_work_s - work0,
                  **timer.first(first_calls)}
+    if profile.text is not None:
+        extra["profile"] = profile.text
     return {"first": first, "final": final, "gen_s": gen_s, **extra}
+
+
+class _Profile:
+    """``with``: the model's process under cProfile when ``on`` (the bench's +profile), its functions by own time and by
+    time within, as text (``text``): where the decoding loop's own time goes on the device (a CUDA sync shows as the
+    call that waits, ``tolist``/``item``)."""
+
+    def __init__(self, on: bool, lines: int = 45):
+        self.on, self.lines, self.text = on, lines, None
+        self._prof: Any = None
+
+    def __enter__(self) -> "_Profile":
+        if self.on:
+            import cProfile
+
+            self._prof = cProfile.Profile()
+            self._prof.enable()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._prof is None:
+            return
+        import io
+        import pstats
+
+        self._prof.disable()
+        buf = io.StringIO()
+        stats = pstats.Stats(self._prof, stream=buf)
+        stats.sort_stats("tottime").print_stats(self.lines)
+        stats.sort_stats("cumulative").print_stats(self.lines)
+        self.text, self._prof = buf.getvalue(), None
 
 
 def _knob(mode: str) -> tuple[str, Any]:
@@ -490,7 +527,8 @@ def _knob(mode: str) -> tuple[str, Any]:
     +endworkersN: deferred end checks on N TVM workers side by side (END_CHECK_WORKERS; arms without it: one).
     +nobindfused: a `bind` right after a `fuse` may bind any free loop (BIND_FUSED False: before session 35).
     +byprompt: with constraint processes, a prompt's attempts all in one of them (SPREAD_ATTEMPTS False: before session
-    36; by default they are dealt out among the processes in groups)."""
+    36; by default they are dealt out among the processes in groups).  +profile (read in ``_arm_run``): the arm's generation
+    under cProfile, its listing in the arm's ``profile`` (its times inflated: not an arm to compare)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),
@@ -673,6 +711,8 @@ def _arm_results(runs: dict[str, list[dict[str, Any]]], tok: Any) -> dict[str, d
         res["same_scripts_every_run_as"] = [
             other for other in runs if other != name
             and all(r["first"] == arm["first"] and r["final"] == arm["final"] for r in runs[other] + runs[name])]
+        if arm.get("profile"):  # +profile: the first run's listing
+            res["profile"] = arm["profile"]
         if "stats" in arm:  # a constrained arm
             res["stats"] = arm["stats"]
             res["compile_work_s"] = arm.get("compile_work_s")
