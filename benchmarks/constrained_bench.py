@@ -388,15 +388,17 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
         if engine == "shared_prefix":
             from little_dragon.generation import shared_prefix
 
-            refill = shared_prefix.REFILL
-            shared_prefix.REFILL = "norefill" not in modes   # +norefill: chunks of rows (the only engine knob here)
+            refill, row = shared_prefix.REFILL, shared_prefix.ROW_ATTEMPTS
+            shared_prefix.REFILL = "norefill" not in modes   # +norefill: chunks of rows; +rowN: N attempts a row
+            rows_of = [int(m[len("row"):]) for m in modes if re.fullmatch(r"row\d+", m)]
+            shared_prefix.ROW_ATTEMPTS = rows_of[0] if rows_of else row
             try:
                 with profile:
                     first = shared_prefix.sample_shared_prefix(model, tok, prompts, args.k, args.max_new_tokens,
                                                                args.temperature,
                                                                prompts_per_chunk=max(1, args.batch_size // args.k))
             finally:
-                shared_prefix.REFILL = refill
+                shared_prefix.REFILL, shared_prefix.ROW_ATTEMPTS = refill, row
             flat = [t for ts in first for t in ts]
         else:
             flat = sample_scripts(model, tok, prompts, args.max_new_tokens, args.temperature,
@@ -426,7 +428,7 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
             #                          processes' parent side (constraint_process), the rest the constraint's
             if knob == "MASKS_WITH_MARKS":
                 return constraint_process
-            return shared_prefix if knob in ("REDRAWS", "REFILL") else mod
+            return shared_prefix if knob in ("REDRAWS", "REFILL", "ROW_ATTEMPTS") else mod
 
         saved = [(name, getattr(owner(name), name, None)) for name, _ in knobs]
         for name, value in knobs:
@@ -528,7 +530,8 @@ def _knob(mode: str) -> tuple[str, Any]:
     +nobindfused: a `bind` right after a `fuse` may bind any free loop (BIND_FUSED False: before session 35).
     +byprompt: with constraint processes, a prompt's attempts all in one of them (SPREAD_ATTEMPTS False: before session
     36; by default they are dealt out among the processes in groups).  +profile (read in ``_arm_run``): the arm's generation
-    under cProfile, its listing in the arm's ``profile`` (its times inflated: not an arm to compare)."""
+    under cProfile, its listing in the arm's ``profile`` (its times inflated: not an arm to compare).  +rowN (free arms
+    too): the engine's cache rows hold N of a prompt's k attempts (shared_prefix.ROW_ATTEMPTS; arms without it: all k)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),
@@ -546,8 +549,10 @@ def _knob(mode: str) -> tuple[str, Any]:
         return "END_CHECK_WORKERS", int(mode[len("endworkers"):])
     if re.fullmatch(r"nice\d+", mode):
         return "PROCESS_NICE", int(mode[len("nice"):])
+    if re.fullmatch(r"row\d+", mode):
+        return "ROW_ATTEMPTS", int(mode[len("row"):])
     raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, norefill, "
-                     "nothreadfactors, noannmove, nobindfused, byprompt, eager, lazy, masksapart, processN, niceN, endworkersN, waitN, "
+                     "nothreadfactors, noannmove, nobindfused, byprompt, eager, lazy, masksapart, processN, niceN, endworkersN, rowN, waitN, "
                      "retriesN, backN, shared_prefix)")
 
 

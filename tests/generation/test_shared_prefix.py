@@ -365,3 +365,52 @@ def test_ended_rows_are_refilled_by_the_next_prompts(gqa_lm, monkeypatch):
                     want = [float(torch.log_softmax(proc.mask(a, logits[s].clone()), -1)[t]) for s, t in enumerate(new)]
                 assert lp == pytest.approx(want, abs=2e-4), (p, j, new)
         assert sum(len(a) for attempts in out.token_ids[4:] for a in attempts) > 0   # the late prompts decoded
+
+
+def test_a_prompts_attempts_in_rows_of_their_own(gqa_lm, monkeypatch):
+    """[row attempts] ``ROW_ATTEMPTS`` 2, k 4: each prompt's attempts in two cache rows of two (room for 2 prompts: 4
+    rows of 2 attempts), each row leaving the batch when its own two attempts end and the next row taking its place;
+    the processor still sees each attempt by its own id ``p * k + j`` with its own tokens, and every attempt -- with
+    rows refilled, and with tokens taken back -- is computed exactly as if alone."""
+    import torch
+
+    from little_dragon.generation import shared_prefix
+
+    model, tok = gqa_lm
+    monkeypatch.setattr(shared_prefix, "ROW_ATTEMPTS", 2)
+    prompts = PROMPTS + ["sch blk dense\nloops b0 2", "post"]
+    k, budget = 4, 14
+    for proc in (_OwnResidueLate(tok.eos_token_id), _TakesBack(tok.eos_token_id, seed=7)):
+        shapes = []
+
+        def seen(m, a, kw):
+            mask = kw.get("attention_mask")
+            if mask is not None and mask.dim() == 4:            # a decoding step: (rows, attempts a row)
+                shapes.append(tuple(kw["input_ids"].shape))
+
+        handle = model.register_forward_pre_hook(seen, with_kwargs=True)
+        try:
+            out = shared_prefix.sample_token_ids(model, tok, prompts, k, budget, 1.0, prompts_per_chunk=2,
+                                                 logits_processor=proc, generator=torch.Generator().manual_seed(8))
+        finally:
+            handle.remove()
+        assert proc.errors == []
+        assert {n for _, n in shapes} == {2} and max(b for b, _ in shapes) == 4, shapes
+        for p, (attempts, lps) in enumerate(zip(out.token_ids, out.logprobs)):
+            assert len(attempts) == k
+            for j, (new, lp) in enumerate(zip(attempts, lps)):
+                a = p * k + j
+                assert len(new) <= budget
+                if isinstance(proc, _TakesBack):
+                    assert proc.kept[a][:len(new)] == new
+                    want = _alone_logprobs(model, tok, prompts[p], new, 1.0)
+                else:
+                    assert proc.seen[a][:len(new)] == new and all(t % 5 == a % 5 for t in new), (a, new)
+                    ptoks = tok(prompts[p], add_special_tokens=False)["input_ids"]
+                    with torch.no_grad():
+                        logits = model(input_ids=torch.tensor([ptoks + new])).logits[0, len(ptoks) - 1:].float()
+                    want = [float(torch.log_softmax(proc.mask(a, logits[s].clone()), -1)[t]) for s, t in enumerate(new)]
+                assert lp == pytest.approx(want, abs=2e-4), (p, j, new)
+        if isinstance(proc, _TakesBack):
+            assert proc.dropped > 0
+        assert sum(len(a) for attempts in out.token_ids for a in attempts) > 0

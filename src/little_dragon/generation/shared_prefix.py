@@ -91,27 +91,38 @@ def sample_token_ids(model: Any, tokenizer: Any, prompts: list[str], k: int, max
     n = 1 if greedy else max(1, k)
     if not prompts or max_new_tokens <= 0:
         return SharedPrefixOutput([[[] for _ in range(k)] for _ in prompts], [[[] for _ in range(k)] for _ in prompts])
+    per_row = _row_attempts(n)
+    g = n // per_row                                 # rows a prompt: row r holds attempts (r % g) * per_row .. of r // g
     enc = tokenizer(prompts, add_special_tokens=False)["input_ids"]
-    order = sorted(range(len(prompts)), key=lambda i: -len(enc[i]))
-    ids_out: list[list[list[int]]] = [[] for _ in prompts]
-    lp_out: list[list[list[float]]] = [[] for _ in prompts]
+    rows_enc = [e for e in enc for _ in range(g)]
+    order = sorted(range(len(rows_enc)), key=lambda i: -len(rows_enc[i]))   # (stable: a prompt's rows together)
+    row_ids: list[list[list[int]]] = [[] for _ in rows_enc]
+    row_lps: list[list[list[float]]] = [[] for _ in rows_enc]
     was_training = model.training
     model.eval()
     try:
         with grouped_sdpa(model), torch.no_grad():
             c = 0
-            while c < len(order):  # one call decodes all the prompts left where the cache lets rows be refilled
+            while c < len(order):  # one call decodes all the rows left where the cache lets rows be refilled
                 rest = order[c:]
-                toks, lps = _decode_chunk(model, [enc[i] for i in rest], n, max_new_tokens, temperature,
+                # attempt ids: row r's j-th is r * per_row + j = prompt p's attempt (r % g) * per_row + j, p = r // g
+                toks, lps = _decode_chunk(model, [rows_enc[i] for i in rest], per_row, max_new_tokens, temperature,
                                           _eos_ids(tokenizer), _pad_id(tokenizer), generator,
-                                          logits_processor, rest, width=max(1, prompts_per_chunk))
+                                          logits_processor, rest, width=max(1, prompts_per_chunk * g))
                 for i, t, lp in zip(rest, toks, lps):
-                    ids_out[i] = [a for a in t for _ in range(k // n)]
-                    lp_out[i] = [a for a in lp for _ in range(k // n)]
+                    row_ids[i], row_lps[i] = t, lp
                 c += len(toks)
     finally:
         model.train(was_training)
+    ids_out = [[a for r in range(p * g, (p + 1) * g) for a in row_ids[r] for _ in range(k // n)] for p in range(len(enc))]
+    lp_out = [[a for r in range(p * g, (p + 1) * g) for a in row_lps[r] for _ in range(k // n)] for p in range(len(enc))]
     return SharedPrefixOutput(ids_out, lp_out)
+
+
+def _row_attempts(n: int) -> int:
+    """The attempts a cache row holds of a prompt's ``n``: ``ROW_ATTEMPTS`` where it divides ``n``, else all ``n``."""
+    r = ROW_ATTEMPTS
+    return r if r and 0 < r < n and n % r == 0 else n
 
 
 def _eos_ids(tokenizer: Any) -> set[int]:
@@ -482,6 +493,15 @@ def _checked_sample(proc: Any, logits: Any, ids_of: Any, live: Any, hist_tok: An
 # ended rows are refilled by the next prompts (``_Refill``); False: chunks of rows, each decoded until its last attempt
 # ends (the engine before session 29; benchmarks/constrained_bench.py's +norefill arms)
 REFILL = True
+
+# [row attempts] a cache row holds this many of a prompt's k attempts (a divisor of k; None: all k), the prompt then in
+# k / ROW_ATTEMPTS rows (its keys and values once a row, read by that row's attempts): a row leaves the batch, and the
+# next row enters, when its own attempts have ended, so one long attempt holds fewer ended ones in the batch beside
+# it.  Session 35's H100 A/B (16 CUDA prompts x 8): the constrained arm's batch held one row for the last ~500 of its
+# 1,792 steps; the free arm, whose attempts end sooner, ended after 1,023.  Attempt ids (the processor's) and every
+# attempt's draws' law are the same either way; the draws themselves are not (the generator's order).  The bench's
+# +rowN.
+ROW_ATTEMPTS: int | None = None
 # the fewest dead steps (columns of rows that left, before every row's entry) ``_TakeBack.compact`` drops at a time:
 # each drop copies the cache's columns after the prompt once
 COMPACT_STEPS = 32
