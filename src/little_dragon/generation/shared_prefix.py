@@ -18,7 +18,10 @@ is prefilled (left padded to the call's longest prompt) and appended as a row wh
 (positions and masks per attempt from then on, as after tokens are taken back, below); once every row in the batch
 entered at step s or later, the columns of the steps before s are dropped (``COMPACT_STEPS`` at a time), so attention
 spans the rows' own steps.  A chunk of rows used to decode until its longest attempt ended, most of its rows idle
-behind it (the H200 A/B of session 28: 8 rows, 1,280 steps a chunk). Attention is ``grouped_sdpa``
+behind it (the H200 A/B of session 28: 8 rows, 1,280 steps a chunk).  A row may also hold fewer than a prompt's k
+attempts (``ROW_ATTEMPTS``: the prompt in k / ROW_ATTEMPTS rows, its keys and values once a row): a row then leaves
+when its own attempts have ended, and each attempt's step reads its row's columns only (``n`` of them a step), not
+all k attempts'.  Attention is ``grouped_sdpa``
 (``generation.grouped_attention``): GQA's shared K/V heads are read once, never repeated per query head.
 
 The cache, the model, the mask conventions are transformers' own (``DynamicCache``, a 4-D boolean mask passed
@@ -497,10 +500,11 @@ REFILL = True
 # [row attempts] a cache row holds this many of a prompt's k attempts (a divisor of k; None: all k), the prompt then in
 # k / ROW_ATTEMPTS rows (its keys and values once a row, read by that row's attempts): a row leaves the batch, and the
 # next row enters, when its own attempts have ended, so one long attempt holds fewer ended ones in the batch beside
-# it.  Session 35's H100 A/B (16 CUDA prompts x 8): the constrained arm's batch held one row for the last ~500 of its
-# 1,792 steps; the free arm, whose attempts end sooner, ended after 1,023.  Attempt ids (the processor's) and every
-# attempt's draws' law are the same either way; the draws themselves are not (the generator's order).  The bench's
-# +rowN.
+# it, and a step's attention reads the row's columns only: the prompt, then n columns a step (of which one is the
+# attempt's own; the mask hides the others, which SDPA still computes).  Session 35's H100 A/B (16 CUDA prompts x 8):
+# the constrained arm's batch held one row for the last ~500 of its 1,792 steps; the free arm, whose attempts end
+# sooner, ended after 1,023.  Attempt ids (the processor's) and every attempt's draws' law are the same either way;
+# the draws themselves are not (the generator's order).  The bench's +rowN.
 ROW_ATTEMPTS: int | None = None
 # the fewest dead steps (columns of rows that left, before every row's entry) ``_TakeBack.compact`` drops at a time:
 # each drop copies the cache's columns after the prompt once
