@@ -45,8 +45,8 @@ class GenerationConfig:
                                                   "SFT validity passes, which measure the model, use 0).")
     constrained_processes: int = field(-1, help="Constrained decoding on the shared_prefix engine: the constraint's "
                                                 "per-step work (line grammars, TVM states, masks) in this many "
-                                                "processes of their own, an engine call's prompts dealt out among "
-                                                "them (generation/constraint_process.py; the same attempts as 0: "
+                                                "processes of their own, an engine call's attempts dealt out among "
+                                                "them, a prompt's in groups (generation/constraint_process.py; the same attempts as 0: "
                                                 "one thread beside the model's loop). Each process starts its own "
                                                 "TVM workers and keeps to its share of the cores. -1: by the "
                                                 "machine (constraint_process.auto_processes: 4 beside a model on "

@@ -435,8 +435,8 @@ COMPILE_THREADS: bool | None = None
 # and no compile of a whole line grammar.  None = where the model runs on a CPU (there the masks and compiles are
 # the step's critical path; on an accelerator they run beside the forward pass: ``BACKGROUND``), True/False = always/never.
 SAMPLE_FIRST: bool | None = None
-# the shared-prefix engine's constraint work in N processes of its own (``constraint_process``; prompts dealt out
-# among them) instead of a thread of the model's: the constraint's Python then holds no GIL the model's forward pass
+# the shared-prefix engine's constraint work in N processes of its own (``constraint_process``; attempts dealt out
+# among them: [spread] below) instead of a thread of the model's: the constraint's Python then holds no GIL the model's forward pass
 # needs, and N processes do a step's work side by side.  The same masks and scripts (a test checks it).  0 = the
 # thread.  Session 28 on the H200, one process: the model's loop stays at the free step's cost, but waits on the one
 # process's ~67 ms of work a step, so the step is no faster (results/constrained-decoding.md); N > 1 is unmeasured there.
@@ -451,7 +451,9 @@ PROCESS_NICE: int = 0
 # by prompt, that work queued on one process's TVM worker and end worker (session 35's H100: 24 of 1,792 steps waited
 # 100 ms or more for their processes, 10.5 of the loop's 19 s of waiting, ~14 line starts among their attempts).  Each
 # process then parses every prompt's kernel and computes the lines its attempts share (side by side).  The same masks
-# and scripts either way (a test checks it).  False: by prompt (before session 36; the bench's +byprompt).
+# and scripts either way (a test checks it).  Session 36's H100 (16 CUDA prompts x 8, four processes, the same
+# scripts in one call): 47.9 ms a step by prompt, 38.4 spread (free: ~24-29).  False: by prompt (before session 36; the
+# bench's +byprompt).
 SPREAD_ATTEMPTS = True
 # [end wait] a script's end check at `post *` while the attempt has retries left: the check runs in the end worker and
 # the attempt holds this many decoding steps (it feeds the model whatever it draws but the end, and takes those tokens
