@@ -308,34 +308,27 @@ class _OwnResidueLate(_OwnResidue):
         return scores
 
 
+LATE_PROMPTS = PROMPTS + ["sch blk dense\nloops b0 2", "post"]   # with room for 2 prompts, 5 enter late
+
+
+def _late_processors(tok):
+    """One processor that keeps each attempt to its residue class, one that takes tokens back."""
+    return _OwnResidueLate(tok.eos_token_id), _TakesBack(tok.eos_token_id, seed=7)
+
+
 def test_ended_rows_are_refilled_by_the_next_prompts(gqa_lm, monkeypatch):
     """Continuous batching of rows: with room for 2 prompts' rows, a row whose attempts all ended gives its place to
     the next prompt at once (the batch refills instead of shrinking until its longest row ends), the steps before
     every row's entry leave the cache (the mask narrows), and still every attempt -- also of a prompt that entered
     late, and with tokens taken back -- is computed exactly as if alone; the processor sees each by its own id."""
-    import torch
-
     from little_dragon.generation import shared_prefix
 
     model, tok = gqa_lm
     monkeypatch.setattr(shared_prefix, "COMPACT_STEPS", 2)
-    prompts = PROMPTS + ["sch blk dense\nloops b0 2", "post"]
-    k, budget = 3, 14
-    for proc in (_OwnResidueLate(tok.eos_token_id), _TakesBack(tok.eos_token_id, seed=7)):
-        sizes, widths = [], []
-
-        def seen(m, a, kw):
-            mask = kw.get("attention_mask")
-            if mask is not None and mask.dim() == 4:            # a decoding step: rows, the columns it reads
-                sizes.append(kw["input_ids"].shape[0])
-                widths.append(mask.shape[-1])
-
-        handle = model.register_forward_pre_hook(seen, with_kwargs=True)
-        try:
-            out = shared_prefix.sample_token_ids(model, tok, prompts, k, budget, 1.0, prompts_per_chunk=2,
-                                                 logits_processor=proc, generator=torch.Generator().manual_seed(8))
-        finally:
-            handle.remove()
+    prompts, k, budget = LATE_PROMPTS, 3, 14
+    for proc in _late_processors(tok):
+        out, steps = _decoded_steps(model, tok, prompts, k, budget, proc)
+        sizes, widths = [rows for rows, _, _ in steps], [cols for _, _, cols in steps]
         assert proc.errors == []
         assert max(sizes) == 2
         assert any(b < a for a, b in zip(widths, widths[1:])), widths      # dead steps dropped from the cache
@@ -349,21 +342,7 @@ def test_ended_rows_are_refilled_by_the_next_prompts(gqa_lm, monkeypatch):
             assert max(len(v) for v in partners.values()) >= 2, partners
         else:
             assert proc.dropped > 0
-        for p, (attempts, lps) in enumerate(zip(out.token_ids, out.logprobs)):
-            assert len(attempts) == k
-            for j, (new, lp) in enumerate(zip(attempts, lps)):
-                a = p * k + j
-                assert len(new) <= budget
-                if isinstance(proc, _TakesBack):
-                    assert proc.kept[a][:len(new)] == new
-                    want = _alone_logprobs(model, tok, prompts[p], new, 1.0)
-                else:
-                    assert proc.seen[a][:len(new)] == new and all(t % 5 == a % 5 for t in new)
-                    ptoks = tok(prompts[p], add_special_tokens=False)["input_ids"]
-                    with torch.no_grad():
-                        logits = model(input_ids=torch.tensor([ptoks + new])).logits[0, len(ptoks) - 1:].float()
-                    want = [float(torch.log_softmax(proc.mask(a, logits[s].clone()), -1)[t]) for s, t in enumerate(new)]
-                assert lp == pytest.approx(want, abs=2e-4), (p, j, new)
+        _each_as_if_alone(model, tok, prompts, k, budget, proc, out)
         assert sum(len(a) for attempts in out.token_ids[4:] for a in attempts) > 0   # the late prompts decoded
 
 
@@ -372,45 +351,62 @@ def test_a_prompts_attempts_in_rows_of_their_own(gqa_lm, monkeypatch):
     rows of 2 attempts), each row leaving the batch when its own two attempts end and the next row taking its place;
     the processor still sees each attempt by its own id ``p * k + j`` with its own tokens, and every attempt -- with
     rows refilled, and with tokens taken back -- is computed exactly as if alone."""
-    import torch
-
     from little_dragon.generation import shared_prefix
 
     model, tok = gqa_lm
     monkeypatch.setattr(shared_prefix, "ROW_ATTEMPTS", 2)
-    prompts = PROMPTS + ["sch blk dense\nloops b0 2", "post"]
-    k, budget = 4, 14
-    for proc in (_OwnResidueLate(tok.eos_token_id), _TakesBack(tok.eos_token_id, seed=7)):
-        shapes = []
-
-        def seen(m, a, kw):
-            mask = kw.get("attention_mask")
-            if mask is not None and mask.dim() == 4:            # a decoding step: (rows, attempts a row)
-                shapes.append(tuple(kw["input_ids"].shape))
-
-        handle = model.register_forward_pre_hook(seen, with_kwargs=True)
-        try:
-            out = shared_prefix.sample_token_ids(model, tok, prompts, k, budget, 1.0, prompts_per_chunk=2,
-                                                 logits_processor=proc, generator=torch.Generator().manual_seed(8))
-        finally:
-            handle.remove()
+    prompts, k, budget = LATE_PROMPTS, 4, 14
+    for proc in _late_processors(tok):
+        out, steps = _decoded_steps(model, tok, prompts, k, budget, proc)
         assert proc.errors == []
-        assert {n for _, n in shapes} == {2} and max(b for b, _ in shapes) == 4, shapes
-        for p, (attempts, lps) in enumerate(zip(out.token_ids, out.logprobs)):
-            assert len(attempts) == k
-            for j, (new, lp) in enumerate(zip(attempts, lps)):
-                a = p * k + j
-                assert len(new) <= budget
-                if isinstance(proc, _TakesBack):
-                    assert proc.kept[a][:len(new)] == new
-                    want = _alone_logprobs(model, tok, prompts[p], new, 1.0)
-                else:
-                    assert proc.seen[a][:len(new)] == new and all(t % 5 == a % 5 for t in new), (a, new)
-                    ptoks = tok(prompts[p], add_special_tokens=False)["input_ids"]
-                    with torch.no_grad():
-                        logits = model(input_ids=torch.tensor([ptoks + new])).logits[0, len(ptoks) - 1:].float()
-                    want = [float(torch.log_softmax(proc.mask(a, logits[s].clone()), -1)[t]) for s, t in enumerate(new)]
-                assert lp == pytest.approx(want, abs=2e-4), (p, j, new)
+        assert {n for _, n, _ in steps} == {2} and max(b for b, _, _ in steps) == 4, steps
+        _each_as_if_alone(model, tok, prompts, k, budget, proc, out)
         if isinstance(proc, _TakesBack):
             assert proc.dropped > 0
         assert sum(len(a) for attempts in out.token_ids for a in attempts) > 0
+
+
+def _each_as_if_alone(model, tok, prompts, k, budget, proc, out):
+    """Every attempt of ``out`` (prompt p's j-th is attempt ``p * k + j``) within the budget, the processor's view of it
+    its own tokens, and its log-probs the model's on it alone: under ``_TakesBack`` the plain distribution of its kept
+    tokens, under ``_OwnResidueLate`` its own residue class's (``proc.mask``)."""
+    import torch
+
+    for p, (attempts, lps) in enumerate(zip(out.token_ids, out.logprobs)):
+        assert len(attempts) == k
+        for j, (new, lp) in enumerate(zip(attempts, lps)):
+            a = p * k + j
+            assert len(new) <= budget
+            if isinstance(proc, _TakesBack):
+                assert proc.kept[a][:len(new)] == new
+                want = _alone_logprobs(model, tok, prompts[p], new, 1.0)
+            else:
+                assert proc.seen[a][:len(new)] == new and all(t % 5 == a % 5 for t in new), (a, new)
+                ptoks = tok(prompts[p], add_special_tokens=False)["input_ids"]
+                with torch.no_grad():
+                    logits = model(input_ids=torch.tensor([ptoks + new])).logits[0, len(ptoks) - 1:].float()
+                want = [float(torch.log_softmax(proc.mask(a, logits[s].clone()), -1)[t]) for s, t in enumerate(new)]
+            assert lp == pytest.approx(want, abs=2e-4), (p, j, new)
+
+
+def _decoded_steps(model, tok, prompts, k, budget, proc):
+    """``sample_token_ids`` of ``prompts`` (room for 2 prompts, seed 8) under ``proc``, and each decoding step's (rows,
+    attempts a row, cache columns it reads)."""
+    import torch
+
+    from little_dragon.generation import shared_prefix
+
+    steps = []
+
+    def seen(m, a, kw):
+        mask = kw.get("attention_mask")
+        if mask is not None and mask.dim() == 4:            # a decoding step (a prefill's mask is 2-D)
+            steps.append((*kw["input_ids"].shape, mask.shape[-1]))
+
+    handle = model.register_forward_pre_hook(seen, with_kwargs=True)
+    try:
+        out = shared_prefix.sample_token_ids(model, tok, prompts, k, budget, 1.0, prompts_per_chunk=2,
+                                             logits_processor=proc, generator=torch.Generator().manual_seed(8))
+    finally:
+        handle.remove()
+    return out, steps
