@@ -531,14 +531,18 @@ def _knob(mode: str) -> tuple[str, Any]:
     +byprompt: with constraint processes, a prompt's attempts all in one of them (SPREAD_ATTEMPTS False: before session
     36; by default they are dealt out among the processes in groups).  +profile (read in ``_arm_run``): the arm's generation
     under cProfile, its listing in the arm's ``profile`` (its times inflated: not an arm to compare).  +rowN (free arms
-    too): the engine's cache rows hold N of a prompt's k attempts (shared_prefix.ROW_ATTEMPTS; arms without it: all k)."""
+    too): the engine's cache rows hold N of a prompt's k attempts (shared_prefix.ROW_ATTEMPTS; arms without it: all k).
+    +procprofile: each constraint process's steps under cProfile, the slow ones (>= 100 ms) apart, the listings in the
+    arm's ``stats.process_profiles`` (PROFILE_PROCESSES; times inflated: not an arm to compare).  +nohalfbound: `post`
+    allowed while a block is under a blockIdx loop and no threadIdx loop (HALF_BOUND_RULE False: before session 37)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),
              "noredraw": ("REDRAWS", 0), "norefill": ("REFILL", False), "nothreadfactors": ("THREAD_FACTORS", False),
              "noannmove": ("ANNOTATION_AND_MOVE_RULES", False), "eager": ("LAZY_LINE_STARTS", False),
              "lazy": ("LAZY_LINE_STARTS", True), "masksapart": ("MASKS_WITH_MARKS", False),
-             "nobindfused": ("BIND_FUSED", False), "byprompt": ("SPREAD_ATTEMPTS", False)}
+             "nobindfused": ("BIND_FUSED", False), "byprompt": ("SPREAD_ATTEMPTS", False),
+             "procprofile": ("PROFILE_PROCESSES", True), "nohalfbound": ("HALF_BOUND_RULE", False)}
     if mode in fixed:
         return fixed[mode]
     if re.fullmatch(r"process\d*", mode):
@@ -552,7 +556,7 @@ def _knob(mode: str) -> tuple[str, Any]:
     if re.fullmatch(r"row\d+", mode):
         return "ROW_ATTEMPTS", int(mode[len("row"):])
     raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, norefill, "
-                     "nothreadfactors, noannmove, nobindfused, byprompt, eager, lazy, masksapart, processN, niceN, endworkersN, rowN, waitN, "
+                     "nothreadfactors, noannmove, nobindfused, byprompt, procprofile, nohalfbound, eager, lazy, masksapart, processN, niceN, endworkersN, rowN, waitN, "
                      "retriesN, backN, shared_prefix)")
 
 

@@ -675,6 +675,53 @@ def test_a_prompts_attempts_are_dealt_out_among_the_processes(setup, monkeypatch
             proc.close()
 
 
+def test_the_constraint_processes_profile_their_steps_when_told(setup, monkeypatch):
+    """[process profile] ``PROFILE_PROCESSES``: each process profiles its steps (from its first request after a step's
+    marks up to the next marks' answer), those of ``PROFILE_SLOW_MS`` or more apart with the slowest named, and hands
+    the listing back with its counts at ``results``; off, nothing is profiled."""
+    import torch
+
+    from little_dragon.generation import constrained
+    from little_dragon.generation.constrained import ConstraintStats
+    from little_dragon.generation.constraint_process import ConstraintProcess, ProcessAttempts
+
+    _, tok, prompts = setup
+    procs = [ConstraintProcess(tok, semantic=False) for _ in range(2)]
+    ids = torch.tensor([0, 1, 2, 3])
+    try:
+        for on, slow_ms in ((True, 0.0), (True, 1e9), (False, 0.0)):
+            monkeypatch.setattr(constrained, "PROFILE_PROCESSES", on)
+            monkeypatch.setattr(constrained, "PROFILE_SLOW_MS", slow_ms)
+            stats = ConstraintStats()
+            calls = ProcessAttempts(procs, prompts[:1], 4, False, False, stats)
+            texts = [""] * 4
+            for _ in range(3):  # three steps of masks, a draw and marks: 4 marks, so 4 steps a process
+                calls.line_marks(ids)
+                scores = calls(ids, None, torch.zeros(4, procs[0].vocab_size))
+                drawn = scores.argmax(-1)
+                calls.ahead(ids, drawn)
+                texts = [t + tok.decode([int(d)]) for t, d in zip(texts, drawn)]
+            calls.line_marks(ids)
+            calls.results([texts], 4)
+            calls.close()
+            if not on:
+                assert stats.process_profiles == []
+                continue
+            assert len(stats.process_profiles) == 2  # one a process
+            slow, fast = (4, 0) if slow_ms == 0 else (0, 4)
+            for text in stats.process_profiles:
+                assert f"=== slow steps (>= {slow_ms:g} ms: slow): {slow}," in text
+                assert f"=== fast steps (>= {slow_ms:g} ms: slow): {fast}," in text
+                assert "=== the TVM worker's lines: 0 extended, 0 replayed" in text  # syntax only: no TVM work
+                named = [line for line in text.splitlines() if line.strip().endswith("line starts")]
+                assert len(named) == slow  # the slow steps named: their requests, attempts and line starts
+                if slow:
+                    assert "masks+ahead+marks 2 attempts" in text and "_mask_rows" in text
+    finally:
+        for proc in procs:
+            proc.close()
+
+
 def _recorded_call(model, tok, prompts, k, max_new_tokens, temperature, **kw):
     """One engine call of a fresh hook's processor (line retries 3; ``kw`` to ``attempt_processor``) under
     ``RecordingBack``: (its counts, its constraints, the recorder, the engine's output)."""

@@ -169,22 +169,30 @@ def test_a_wrong_post_line_spends_no_retry(engine, smollm2, retries):
 _CRASH = """
 import sys
 sys.path.insert(0, {tests!r})
-from dragon_testkit import prim_module, two_block_tensors
+from dragon_testkit import matmul_tensors, prim_module, two_block_tensors
 from little_dragon import codec
 from little_dragon.generation.constrain_state import replay
-mod = prim_module(two_block_tensors())
+mod = prim_module({tensors})
 replay(mod, codec.decode({text!r}, codec.SyntaxOnlyContext()))
 """
+
+
+def _exit_code(text: str, tensors: str = "two_block_tensors()") -> int:
+    """The exit code of a fresh Python process that applies ``text`` to ``tensors``' kernel (TVM's segfault: -11)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = str(Path(__file__).resolve().parents[1])
+    run = subprocess.run([sys.executable, "-c", _CRASH.format(tests=tests, text=text, tensors=tensors)],
+                         capture_output=True, timeout=300)
+    return run.returncode
 
 
 def test_a_consumer_list_names_the_block_itself(engine, smollm2):
     """`cread b1 0 global c=[b0]` (C reads what B writes; the list names B) is a line TVM's CacheRead segfaults on, in a
     process of its own here: masked.  `c=[b1]` (MetaSchedule's form: the block itself) is allowed and applies; `cwrite`
     names no consumer (MetaSchedule's never does)."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     from dragon_testkit import prim_module, two_block_tensors
 
     from little_dragon.generation.constrained import Workload
@@ -192,13 +200,52 @@ def test_a_consumer_list_names_the_block_itself(engine, smollm2):
     mod = prim_module(two_block_tensors())
     wl = Workload(mod, json.dumps(LLVM))
     head = "blk B\nblk C\n"
-    tests = str(Path(__file__).resolve().parents[1])
-    run = subprocess.run([sys.executable, "-c", _CRASH.format(tests=tests, text=head + "cread b1 0 global c=[b0]\n")],
-                         capture_output=True, timeout=300)
-    assert run.returncode == -11, (run.returncode, run.stderr[-500:])
+    assert _exit_code(head + "cread b1 0 global c=[b0]\n") == -11
     assert not allowed_by_mask(engine, wl, smollm2, head + "cread b1 0 global c=[b0]\n")
     assert tvm_accepts(mod, head + "cread b1 0 global c=[b1]\n")
     assert allowed_by_mask(engine, wl, smollm2, head + "cread b1 0 global c=[b1]\n")
     assert allowed_by_mask(engine, wl, smollm2, head + "cread b1 0 global\n")
     assert not allowed_by_mask(engine, wl, smollm2, head + "cwrite b1 0 global c=[b1]\n")
     assert allowed_by_mask(engine, wl, smollm2, head + "cwrite b1 0 global\n")
+
+
+def test_a_consumer_list_names_no_block_for_a_buffer_it_writes(engine, smollm2):
+    """After `blockize` of a matmul's reduction loop the inner block reads the output it accumulates into (its init went
+    to the outer block): `cread b0 0 global c=[b0]` of that buffer is a line TVM's CacheRead segfaults on (the block is
+    the buffer's only writer in its scope and its consumer; session 37's CPU A/B wrote it after `blockize l8`, each crash
+    a TVM worker restarted): masked.  Without the list it applies and is allowed; the block's other reads keep theirs."""
+    from dragon_testkit import matmul_tensors, prim_module
+
+    from little_dragon.generation.constrained import Workload
+
+    mod = prim_module(matmul_tensors(64))
+    wl = Workload(mod, json.dumps(LLVM))
+    head = "blk C\nloops b0 3\nblockize l2\n"
+    assert prefix_state(mod, head).reads_written == {0: frozenset({0})}  # C reads C (read 0), A and B
+    assert _exit_code(head + "cread b0 0 global c=[b0]\n", "matmul_tensors(64)") == -11
+    assert not allowed_by_mask(engine, wl, smollm2, head + "cread b0 0 global c=[b0]\n")
+    assert allowed_by_mask(engine, wl, smollm2, head + "cread b0 0 global c=[]\n")
+    for line in ("cread b0 0 global\n", "cread b0 1 global c=[b0]\n"):
+        assert tvm_accepts(mod, head + line), line
+        assert allowed_by_mask(engine, wl, smollm2, head + line), line
+
+
+def test_compute_at_flags_are_booleans(engine, smollm2):
+    """`at b l pul= _` and `rat b l pul= _` decode, and TVM's ComputeAt / ReverseComputeAt then segfault on the None
+    flag (session 37's CPU A/B: `at b0 l8 pul= _`, a TVM worker restarted): only 0/1 (or true/false) follow `pul=`."""
+    from dragon_testkit import prim_module, two_block_tensors
+
+    from little_dragon import codec
+    from little_dragon.generation.constrained import Workload
+
+    mod = prim_module(two_block_tensors())
+    wl = Workload(mod, json.dumps(LLVM))
+    for head, line in (("blk B\nblk C\nloops b1 2\n", "at b0 l1 pul= _"), ("blk B\nblk C\nloops b0 2\n", "rat b1 l1 pul=_")):
+        codec.decode(head + line + "\n", codec.SyntaxOnlyContext())  # the codec reads it
+        assert _exit_code(head + line + "\n") == -11, line
+        assert feed_constraint(engine, wl, smollm2, head + line + "\n")[0] is not None, line
+        for flag in ("0", "1"):
+            ok = head + line.replace("_", flag) + "\n"
+            assert tvm_accepts(mod, ok), ok
+            why, c = feed_constraint(engine, wl, smollm2, ok)
+            assert why is None and not c.dead, (ok, why, c.error)

@@ -69,10 +69,14 @@ def test_a_hung_apply_is_killed_and_named():
 
 def test_the_worker_gives_the_facts_and_refusals_of_this_process():
     """On every prefix of two real CUDA records the worker's facts equal those computed in this process, and a
-    line TVM refuses (a `fuse` of a loop with its parent, reversed) is refused with TVM's own message."""
-    from little_dragon.generation import constrained
-    from little_dragon.generation.schedule_worker import worker
+    line TVM refuses (a `fuse` of a loop with its parent, reversed) is refused with TVM's own message.  [line work]
+    Every line asked, the refused one too, is counted and timed by its keyword (``APPLIED``)."""
+    import collections
 
+    from little_dragon.generation import constrained
+    from little_dragon.generation.schedule_worker import APPLIED, worker
+
+    before = collections.Counter(APPLIED)
     checked = 0
     for n, (_, mod, target, tj) in enumerate(real_records(DATA / "real_cuda_db")):
         if n == 2:
@@ -93,6 +97,11 @@ def test_the_worker_gives_the_facts_and_refusals_of_this_process():
     with pytest.raises(RuntimeError) as there:
         worker().state(wl.key, mod, bad, constrained._decode(bad))
     assert str(there.value) == str(here.value) != "", here.value
+    work = collections.Counter(APPLIED) - before
+    lines = {k[2:]: n for k, n in work.items() if k.startswith("n ")}
+    assert sum(lines.values()) == checked + 1  # every prefix asked (the empty ones as keyword ""), the refused `fuse`
+    assert lines.get("fuse", 0) + lines.get("fuse replayed", 0) > 0 and lines.get("tile", 0) > 0, lines
+    assert all(work[f"ms {k}"] > 0 for k in lines), work
 
 
 def test_a_steps_lines_in_one_request_give_the_same_answers(engine, smollm2):

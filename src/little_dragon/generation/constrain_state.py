@@ -91,6 +91,12 @@ class ScheduleState:
     # evaluator's ``no_op``, so `post` may not come yet (set by ``schedule_worker.prefix_facts``, which holds the
     # workload; session 17's CPU sealed runs: 38 of the constrained first pass's 177 failures ended so)
     unchanged: bool = False
+    # [half bound] a block `post *`'s RewriteUnboundBlock refuses: one under a loop bound to blockIdx and none bound to
+    # threadIdx, which the post-processor would bind ("Unsupported case, where blockIdx is bound but threadIdx is not")
+    # while a loop above it is still free to take a threadIdx (``half_bound_blocks``): `post` may not come yet.  Session
+    # 36's H100 A/B: 51 of 101 line retries and 12 of 128 attempts refused at the end (`fuse l8` of one loop, `bind l16
+    # bx`, `post *`).  Its name ("" when none; set by ``schedule_worker.prefix_facts`` on GPU targets)
+    half_bound: str = ""
     # the workload's target is a CPU (no GPU thread axes; buffers in `global` or `local` memory): the line grammar's
     # target rules (``grammar_line._target_rules``; set by ``schedule_worker.prefix_facts``, which holds the target)
     cpu: bool = False
@@ -134,6 +140,13 @@ class ScheduleState:
     # on its way to the step cap, its row the batch's last for 764 of 2,150 steps.  Set by ``live_state``
     # (``LiveSchedule.moved``).
     block_moved: frozenset[int] = frozenset()
+    # live block -> the indices of the buffers it reads that it also writes (a reduction's output inside a block that
+    # `blockize` wrapped: the init went to the outer block, so the inner one reads what it writes).  TVM's CacheRead
+    # segfaults on such a read with a consumer list naming the block (`blockize l8` then `cread b0 0 shared c=[b0]`:
+    # the block is the buffer's only writer in its scope and its consumer, so no place for the cache is found;
+    # session 37's CPU A/B, each crash a TVM worker restarted and every attempt of its process applying its prefix
+    # again, seconds of a step)
+    reads_written: dict[int, frozenset[int]] = dataclasses.field(default_factory=dict)
     # `ann` as the codec has it (any key on any block or loop) and no `block_moved` rule: the constraint before
     # session 33 (``constrained.ANNOTATION_AND_MOVE_RULES`` False, the bench's +noannmove; on a CPU target always:
     # ``grammar_line._gpu_once_rules``)
@@ -208,6 +221,9 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
         st.n_loops_above[k] = _safe(lambda: _n_loops_above(sch, rv), -1)
         st.n_children[k] = _safe(lambda: len(_query(sch, _ffi_api.ScheduleGetChildBlocks, rv)), -1)
         st.n_reads[k], st.n_writes[k] = len(blk.reads), len(blk.writes)
+        written = {hash(w.source) for w in blk.writes}
+        if any(hash(r.source) in written for r in blk.reads):
+            st.reads_written[k] = frozenset(i for i, r in enumerate(blk.reads) if hash(r.source) in written)
         if any(hash(w.source) in params for w in blk.writes):
             outputs.add(k)
         if blk.init is not None or k in outputs:
@@ -843,6 +859,50 @@ def blocks_in_run_order(sch: Any) -> list[PlacedBlock]:
         if isinstance(body, Stmt):
             visit(body, frozenset(), (), True)
     return out
+
+
+def half_bound_blocks(sch: Any) -> tuple[list[str], bool]:
+    """The blocks MetaSchedule's RewriteUnboundBlock refuses to bind, as its ``UnboundBlockFinder`` and
+    ``BindBlockThreadIdx`` see them: a block reached from the root without passing another block, while not both a
+    blockIdx and a threadIdx loop are above it (the finder's walk), that has a blockIdx loop above it and no threadIdx
+    loop, is not annotated as multi-level tiled (skipped) nor for cooperative fetch (RewriteCooperativeFetch, which runs
+    first, binds its threads); and whether every such block has a loop above it that no thread axis binds (a later
+    `bind .. tx` can still make it whole)."""
+    from tvm.s_tir import SBlockRealize
+    from tvm.tirx import For, IfThenElse, SeqStmt, Stmt
+
+    skip = ("meta_schedule.tiling_structure", "meta_schedule.cooperative_fetch")
+    out: list[str] = []
+    fixable = True
+
+    def visit(stmt: Any, bx: bool, tx: bool, free: bool) -> None:
+        nonlocal fixable
+        if isinstance(stmt, For):
+            tag = str(stmt.thread_binding.thread_tag) if stmt.thread_binding is not None else ""
+            bx, tx = bx or tag.startswith("blockIdx."), tx or tag.startswith("threadIdx.")
+            if not (bx and tx):
+                visit(stmt.body, bx, tx, free or (not tag and not stmt.annotations))
+        elif isinstance(stmt, SBlockRealize):
+            if bx and not tx and not any(k in stmt.block.annotations for k in skip):
+                out.append(stmt.block.name_hint)
+                fixable = fixable and free
+        elif isinstance(stmt, SeqStmt):
+            for s in stmt.seq:
+                visit(s, bx, tx, free)
+        elif isinstance(stmt, IfThenElse):
+            visit(stmt.then_case, bx, tx, free)
+            if stmt.else_case is not None:
+                visit(stmt.else_case, bx, tx, free)
+        else:
+            body = getattr(stmt, "body", None)
+            if isinstance(body, Stmt):
+                visit(body, bx, tx, free)
+
+    for f in sch.mod.functions.values():
+        body = getattr(f, "body", None)
+        if isinstance(body, SBlockRealize):
+            visit(body.block.body, False, False, False)
+    return out, fixable
 
 
 def leaf_blocks(blocks: list[PlacedBlock]) -> list[PlacedBlock]:

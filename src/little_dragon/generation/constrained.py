@@ -186,6 +186,8 @@ class ConstraintStats:
     # the last RETRY_BACK_LINES checked lines of the first CUT_EXAMPLES attempts cut at the token budget: what the
     # stragglers that hold a batch's last rows for hundreds of steps were writing (their scripts keep a finished prefix)
     cut_examples: list[str] = dataclasses.field(default_factory=list)
+    # [process profile] each constraint process's steps under cProfile (``PROFILE_PROCESSES``), as text
+    process_profiles: list[str] = dataclasses.field(default_factory=list)
 
     def add_reason(self, reason: str, retried: bool = False) -> None:
         key, counts = reason[:120], self.retry_reasons if retried else self.reasons
@@ -208,6 +210,8 @@ class ConstraintStats:
         for name, value in other.items():
             if name == "cut_examples":
                 self.cut_examples.extend(value[:max(0, CUT_EXAMPLES - len(self.cut_examples))])
+            elif name == "process_profiles":
+                self.process_profiles.extend(value)
             elif name == "retry_examples":
                 for key, texts in value.items():
                     for text in texts:
@@ -480,6 +484,12 @@ ANNOTATION_AND_MOVE_RULES = True
 # MetaSchedule trace does); False: any free loop (before session 35, and the bench's +nobindfused).
 BIND_FUSED = True
 
+# [half bound] no `post` (the script's end) while a block is under a blockIdx loop and no threadIdx loop that a free loop
+# above it could still fix (``ScheduleState.half_bound``: `post *`'s RewriteUnboundBlock refuses it; session 36's H100
+# A/B: 51 of 101 line retries, 12 of 128 attempts refused at the end); False: the end check refuses it and the attempt
+# goes back (before session 37, and the bench's +nohalfbound).
+HALF_BOUND_RULE = True
+
 
 # [lazy line starts] A line's first token is drawn before TVM has applied the line before it.  A line ended at step t
 # sends its prefix to the TVM worker and the attempt draws its next token at step t+1 from every token a line may start
@@ -495,6 +505,12 @@ BIND_FUSED = True
 # each line now has two steps for.  It pays where a step is shorter than a line's TVM work and compile (~17 ms), e.g. a
 # forward pass under CUDA graphs.  True: the bench's +lazy.
 LAZY_LINE_STARTS: bool = False
+
+# [process profile] each constraint process profiles its steps (cProfile; the slow ones, >= PROFILE_SLOW_MS, apart) and hands the
+# listing back with its counts (``ConstraintStats.process_profiles``): what the decoding loop's long waits for its
+# processes are made of.  Times inflated; the bench's +procprofile.
+PROFILE_PROCESSES: bool = False
+PROFILE_SLOW_MS: float = 100.0  # a profiled step this long or longer is a slow one
 
 
 def _end_wait(device: Any) -> int:
@@ -1074,6 +1090,8 @@ class ScriptConstraint:
             _STATES.put(key, hit)
         if isinstance(hit, BaseException):
             raise hit
+        if not HALF_BOUND_RULE and hit.half_bound:
+            hit = dataclasses.replace(hit, half_bound="")
         if not ANNOTATION_AND_MOVE_RULES:
             return dataclasses.replace(hit, any_annotation=True)
         return hit

@@ -106,6 +106,99 @@ def limit_threads(cores: int) -> None:
         os.environ[var] = "1"
 
 
+class _StepProfile:
+    """[process profile] The child's steps under cProfile (``constrained.PROFILE_PROCESSES``; the bench's +procprofile):
+    a step is the child's work from its first request after a step's ``marks`` (the ``ahead`` of the tokens sampled:
+    lines consumed, states asked, grammars compiled, masks) up to the answer of the next ``marks``, without its waits
+    for the parent's requests.  Steps of ``slow_ms`` (``constrained.PROFILE_SLOW_MS``) or more are summed apart from the
+    rest, so the listing says what the few long waits of the decoding loop (session 36: 12 steps of >= 100 ms, 7.3 s
+    of its 12.5 s of waiting) are made of.  Only the child's main thread is profiled: work in its compile threads and
+    TVM workers shows as the waits for them (``Future.result``, the pipe's poll).  Its times are inflated: not an arm to
+    compare."""
+
+    LINES = 40
+    SLOWEST = 12
+
+    def __init__(self, slow_ms: float) -> None:
+        import collections
+        import pstats  # noqa: F401 - imported here, not inside a profiled step
+
+        from little_dragon.generation import schedule_worker
+
+        self._applied = collections.Counter(schedule_worker.APPLIED)  # the TVM worker's line work from here
+        self.slow_ms = slow_ms
+        self._prof: Any = None
+        self._t: float | None = None  # when the current request's work began (None: between requests)
+        self._busy = 0.0
+        self._ops: list[str] = []
+        self.slow: Any = None
+        self.fast: Any = None
+        self.steps = {"slow": 0, "fast": 0}
+        self.seconds = {"slow": 0.0, "fast": 0.0}
+        self.slowest: list[tuple[float, str]] = []
+
+    def begin(self, op: str) -> None:
+        """A request of the step arrived: its work is profiled until ``pause``."""
+        import cProfile
+
+        if self._prof is None:
+            self._prof, self._busy, self._ops = cProfile.Profile(), 0.0, []
+        self._ops.append(op)
+        self._t = time.perf_counter()
+        self._prof.enable()
+
+    def pause(self) -> None:
+        """The request is answered: the child waits for the next one (not the step's work)."""
+        if self._prof is not None and self._t is not None:
+            self._prof.disable()
+            self._busy += time.perf_counter() - self._t
+            self._t = None
+
+    def end(self, what: str) -> None:
+        """The step's ``marks`` are computed (``what``: its attempts and line starts)."""
+        if self._prof is None:
+            return
+        import pstats
+
+        self.pause()
+        ms = 1e3 * self._busy
+        kind = "slow" if ms >= self.slow_ms else "fast"
+        held = getattr(self, kind)
+        if held is None:
+            setattr(self, kind, pstats.Stats(self._prof))
+        else:
+            held.add(self._prof)
+        self.steps[kind] += 1
+        self.seconds[kind] += self._busy
+        if kind == "slow":
+            self.slowest = sorted(self.slowest + [(ms, f"{'+'.join(self._ops)} {what}")], reverse=True)[:self.SLOWEST]
+        self._prof = None
+
+    def text(self) -> str:
+        import collections
+        import io
+
+        from little_dragon.generation import schedule_worker
+
+        buf = io.StringIO()
+        work = collections.Counter(schedule_worker.APPLIED) - self._applied
+        buf.write(f"=== the TVM worker's lines: {work['extended']} extended, {work['replayed']} replayed; by keyword "
+                  "(ms, lines):\n")
+        for key, ms in sorted(((k[3:], v) for k, v in work.items() if k.startswith("ms ")), key=lambda kv: -kv[1]):
+            buf.write(f"  {ms:10.1f} ms  {work['n ' + key]:6d}  {key}\n")
+        for kind in ("slow", "fast"):
+            buf.write(f"=== {kind} steps (>= {self.slow_ms:g} ms: slow): {self.steps[kind]}, "
+                      f"{self.seconds[kind]:.2f} s\n")
+            if kind == "slow":
+                for ms, what in self.slowest:
+                    buf.write(f"  {ms:8.1f} ms  {what}\n")
+            stats = getattr(self, kind)
+            if stats is not None:
+                stats.stream = buf
+                stats.sort_stats("cumulative").print_stats(self.LINES)
+        return buf.getvalue()
+
+
 def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_back: int,
            knobs: dict[str, Any], cores: int | None = None) -> None:
     """The child: one ``ConstrainedDecoding`` (thread mode, its own TVM workers) serving the parent's requests."""
@@ -134,11 +227,16 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
     conn.send(("ready", vocab))
     proc: Any = None
     failed: str | None = None  # what an ``ahead`` raised, answered to the next request
+    profile: _StepProfile | None = None
     while True:
+        if profile is not None:
+            profile.pause()
         try:
             op, *args = conn.recv()
         except (EOFError, OSError):
             _exit_child()
+        if profile is not None and op in ("ahead", "marks", "masks", "allows"):
+            profile.begin(op)
         if op == "ahead":
             if failed is None and proc is not None:
                 try:
@@ -163,6 +261,7 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
                 constrained.PROCESSES = 0
                 hook.stats = constrained.ConstraintStats()
                 proc = hook.attempt_processor(prompts, n, defer_end, retries, end_wait, lazy)
+                profile = _StepProfile(constrained.PROFILE_SLOW_MS) if constrained.PROFILE_PROCESSES else None
                 proc._t0 = None  # the parent times the cold start
                 proc._bitmask.share_memory_()
                 out: Any = (proc.takes_back, proc._bitmask)
@@ -170,6 +269,8 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
                 ids, masks = args
                 drops, starts = proc.line_marks_ids(ids)
                 out = (drops, starts, _mask_rows(proc, ids) if masks else None)
+                if profile is not None:
+                    profile.end(f"{len(ids)} attempts, {sum(starts)} line starts")
             elif op == "allows":
                 out = proc.allows_ids(*args)
             elif op == "masks":
@@ -186,6 +287,8 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
             elif op == "results":
                 import dataclasses
 
+                if profile is not None:
+                    hook.stats.process_profiles.append(profile.text())
                 out = (proc.results(*args), dataclasses.asdict(hook.stats))
             else:
                 raise ValueError(f"unknown request {op!r}")

@@ -23,7 +23,9 @@ stays the codec's.  Changes, all of them narrowing:
   to a thread axis bound on an enclosing or nested loop (TVM accepts that, and the kernel is wrong);
 - ``rfactor l a``: a serial loop alone above a reduction block and used by none of its data-parallel iters (TVM's
   RFactor checks), a in TVM's factor-axis range (``_rfactor_rules``);
-- ``post`` (the script's end) only once the prefix has changed the kernel (``ScheduleState.unchanged``);
+- ``post`` (the script's end) only once the prefix has changed the kernel (``ScheduleState.unchanged``), and not while
+  a block is under a blockIdx loop and no threadIdx one that a free loop could still fix (``ScheduleState.half_bound``:
+  RewriteUnboundBlock refuses it);
 - [compute-at] ``at b l`` / ``rat b l``: l in b's scope and not above b, with b's consumers (`at`) or producers
   (`rat`) under it (``ScheduleState.compute_at``, ``reverse_compute_at``);
 - [lookups] no ``blk`` after a run of twice as many ``blk`` lines as the schedule has block names
@@ -291,20 +293,28 @@ def _looked_up_names(run: frozenset[str]) -> frozenset[str]:
     return frozenset(out)
 
 
-def _index_rule(name: str, mnemonic: str, counts: dict[int, int]) -> list[str]:
+def _index_rule(name: str, mnemonic: str, counts: dict[int, int],
+                reads_written: dict[int, frozenset[int]] | None = None) -> list[str]:
     """``cread b<k> i scope [c=...]``: i < the number of buffers the block reads (writes); the scope one of the
     target's (``SCOPE``, ``_target_rules``).  [consumers] `c=` (TVM's ``consumer_blocks``) names at most the block
     itself, as MetaSchedule writes it (`cread b8 0 shared.dyn c=[b8]`; its CacheWrite never names one): TVM's
     CacheRead segfaults on a consumer list naming the buffer's producer (`cread b1 0 global c=[b0]`, b0 writing what
     b1 reads; session 18's `cread ... shared.dyn c=[b]` crash of the constraint's worker), and which other blocks
-    consume the buffer is not known here."""
+    consume the buffer is not known here; nor the block itself for a buffer it also writes (``reads_written``: the
+    inner block of a blockized reduction; another segfault of CacheRead)."""
     alts, rules = [], []
     for k, n in sorted(counts.items()):
         if n <= 0:
             continue
         alts.append(f"{name}_b{k}")
         own = f'"b{k}"?' if mnemonic == "cread" else ""
-        rules.append(f'{name}_b{k}: "b{k}" (' + " | ".join(f'" {i}"' for i in range(n)) + f") SCOPE {name}_c{k}?")
+        self_read = (reads_written or {}).get(k, frozenset())
+        free = [i for i in range(n) if i not in self_read]
+        parts = ["(" + " | ".join(f'" {i}"' for i in free) + f") SCOPE {name}_c{k}?"] if free else []
+        if self_read and mnemonic == "cread":  # its own output: a consumer list names no block
+            parts.append("(" + " | ".join(f'" {i}"' for i in sorted(self_read) if i < n) + f') SCOPE {name}_n{k}?')
+            rules.append(f'{name}_n{k}: " c=" "[" "]"')
+        rules.append(f'{name}_b{k}: "b{k}" (' + " | ".join(parts) + ")")
         rules.append(f'{name}_c{k}: " c=" "[" {own} "]"')  # the space before an option: `_option_rules`
     rules.insert(0, f'{name}: "{mnemonic}" (' + (" | ".join(alts) if alts else f"NEVER{name.upper()}") + ")")
     if not alts:
@@ -641,9 +651,11 @@ def _option_rules() -> list[str]:
     # [function name] `fn=` of `blk` names the function GetSBlock looks in, a string: TVM ended the constraint's
     # worker (SIGSEGV) on `blk T_rms_norm fn=[23_truenan93_trueinf_trueinffalse_truenan14 11]` (session 24's CPU
     # sealed runs: 6-12 crashes a run, each an attempt lost); no real record writes `fn=` (the default, "main")
+    # [compute-at flag] `pul=` of `at`/`rat` is ComputeAt's boolean preserve_unit_loops: TVM ended the constraint's
+    # worker (SIGSEGV) on `at b0 l8 pul= _` (session 37's CPU A/B); no real record writes `pul=` (the default, 1)
     # [function name] and only the one MetaSchedule tunes: its TuneContext holds one function, `main` (GetSBlock:
     # 'candidates are: ["main"]' for any other, 11 lines drawn again in session 24's first CPU sealed seed)
-    typed = {"m": "INT", "n": "INT", "pui": "flag", "dp": "flag", "i": "INT", "fn": "MAINFN"}
+    typed = {"m": "INT", "n": "INT", "pui": "flag", "dp": "flag", "pul": "flag", "i": "INT", "fn": "MAINFN"}
     rules = [f'o_{n}: " {n}=" ' + typed.get(n, "lvalue" if s == {"at"} else "value") for n, s in sorted(src.items())]
     return rules + ["flag: FLAGBIT | TRUE | FALSE", "FLAGBIT: /[01]/", 'MAINFN: /"main"/']
 
@@ -849,7 +861,8 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.not_inlinable)),
             tuple(sorted((k, tuple(sorted(v))) for k, v in state.loop_nested_axes.items())),
             tuple(sorted(state.root_blocks)), tuple(sorted((k, tuple(sorted(v))) for k, v in state.annotations.items())),
-            tuple(sorted(state.loop_rfactor.items())), state.unchanged, state.cpu, state.lookups_capped,
+            tuple(sorted(state.loop_rfactor.items())), state.unchanged, state.half_bound, state.cpu,
+            state.lookups_capped,
             tuple(sorted(state.compute_at.items())) if state.compute_at is not None else None,
             tuple(sorted(state.reverse_compute_at.items())) if state.reverse_compute_at is not None else None)
 
@@ -1096,7 +1109,7 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
                        skip=state.root_blocks | _looked_up(run, "prods", state.n_producers))
     out += _count_rule("k_cons", "cons", state.n_consumers,
                        skip=state.root_blocks | _looked_up(run, "cons", state.n_consumers))
-    out += _index_rule("k_cread", "cread", state.n_reads)
+    out += _index_rule("k_cread", "cread", state.n_reads, state.reads_written)
     out += _index_rule("k_cwrite", "cwrite", state.n_writes)
     out += _buffer_rules(state)
     out += _target_rules(state)
@@ -1109,8 +1122,9 @@ def _semantic_rules(state: ScheduleState | None, tile_counts: tuple[int, ...] = 
     out += _parallel_rules(state, bind_loop)
     out += _split_fuse_rules(state)
     out += _rfactor_rules(state)
-    # [no-op] `post` (the script's end) only once the prefix has changed the kernel: else the evaluator's no_op
-    out += _unreachable("k_post") if state.unchanged else [_base_rule("k_post")]
+    # [no-op] `post` (the script's end) only once the prefix has changed the kernel: else the evaluator's no_op;
+    # [half bound] nor while a block is under a blockIdx loop and no threadIdx one (RewriteUnboundBlock refuses it)
+    out += _unreachable("k_post") if state.unchanged or state.half_bound else [_base_rule("k_post")]
     # [inline] TVM's ComputeInline refuses the root, a block with an init statement and an output block
     inlinable = [f"b{k}" for k in sorted(state.blocks) if k not in state.not_inlinable]
     out += ([_narrowed("k_inline", "BREF", "BINLINE"), "BINLINE: " + _alts(inlinable)] if inlinable

@@ -9,7 +9,8 @@ dies or times out, its process group killed), which keeps the prefixes' live sch
 
 Requests (the worker's functions, each returning a value, never raising TVM's error):
 
-    _state_task(key, mod_json, text, trace_json) -> ("ok", (ScheduleState, {"extended": n, "replayed": n}))
+    _state_task(key, mod_json, text, trace_json) -> ("ok", (ScheduleState, counts)) | ("err", TVM's message, counts)
+                                                    (counts: ``APPLIED``'s, this request's)
     _finish_task(key, mod_json, target, text)    -> ("ok", why not finished: str, "" when finished)
     _post_task(key, mod_json, target, text, pre_json) -> ("ok", (why, the post-processors' section | None))
     _clear_task()                                -> ("ok", None)
@@ -29,14 +30,17 @@ from __future__ import annotations
 import collections
 import functools
 import json
+import logging
 import sys
 import threading
+import time
 from typing import Any
 
 from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleState, block_name_counts,
                                                      blocks_in_run_order, device_allocations,
                                                      device_global_allocations,
                                                      diagonal_thread_bindings, extend, fragment_elements,
+                                                     half_bound_blocks,
                                                      in_place_fold_candidates, launch_over_limits, live_state,
                                                      LOOKUP_RUN_FACTOR, host_blocks, nested_thread_bindings,
                                                      read_before_written, reduction_restarted_by_loop,
@@ -47,6 +51,8 @@ from little_dragon.generation.thread_bounds import gives_thread_bounds, thread_b
 from little_dragon.generation.tvm_breaks import (inits_without_their_update, regions_outside_buffers,
                                                  updates_without_their_predicate, vector_stores_into_one_element)
 from little_dragon.tvmx.schedule import fingerprint, fresh_schedule
+
+log = logging.getLogger(__name__)
 
 TIMEOUT_S = 120.0  # one request: a line's apply takes milliseconds, a cut attempt's post-processing seconds at most
 
@@ -84,7 +90,10 @@ class LRU:
 
 
 _LIVE = LRU(512)  # (workload key, prefix) -> its LiveSchedule (a TVM schedule each: fewer of them kept)
-APPLIED: collections.Counter = collections.Counter()  # "extended" (one line applied) / "replayed" (whole prefix)
+# "extended" (one line applied) / "replayed" (whole prefix) lines, and [line work] by the line's keyword, with
+# " replayed" where the whole prefix was applied, the lines' count ("n <kw>") and milliseconds ("ms <kw>") in the
+# worker, refused lines included: which lines the TVM work of a step goes to (the bench's +procprofile shows them)
+APPLIED: collections.Counter = collections.Counter()
 
 
 def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> ScheduleState:
@@ -143,6 +152,9 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
     state = live_state(live)
     state.unchanged = _unchanged(live, mod, key)
     state.cpu = target is not None and cpu_target(target)
+    if target is not None and not state.cpu and state.loop_bound:
+        half, fixable = half_bound_blocks(live.sch)
+        state.half_bound = half[0] if half and fixable else ""
     state.lookups_capped = trailing_lookups(text) >= LOOKUP_RUN_FACTOR * max(1, len(state.block_names))
     state.lookup_run = lookup_run(text)
     return state
@@ -554,11 +566,21 @@ def _state_task(key: Any, mod_json: str | None, text: str, trace_json: list) -> 
     if mod is None:
         return ("need_module",)
     before = collections.Counter(APPLIED)
+    t = time.perf_counter()
     try:
         state = prefix_facts(mod, text, trace_json, key)
     except Exception as e:  # noqa: BLE001 - TVM's refusal is the answer
-        return ("err", str(e) or type(e).__name__)
-    return ("ok", (state, dict(APPLIED - before)))
+        return ("err", str(e) or type(e).__name__, _line_work(text, t, before))
+    return ("ok", (state, _line_work(text, t, before)))
+
+
+def _line_work(text: str, t0: float, before: collections.Counter) -> dict:
+    """[line work] Count the request's line (its keyword, whether the prefix was replayed) and time since ``t0``;
+    the counts since ``before``."""
+    kw = _last_keyword(text) + (" replayed" if APPLIED["replayed"] > before["replayed"] else "")
+    APPLIED[f"n {kw}"] += 1
+    APPLIED[f"ms {kw}"] += 1e3 * (time.perf_counter() - t0)
+    return dict(APPLIED - before)
 
 
 def _states_task(items: list[tuple]) -> tuple:
@@ -724,6 +746,8 @@ class ScheduleWorker:
             self.known.add(key)
             if out.value[0] == "ok":
                 return out.value[1]
+            if len(out.value) > 2:
+                APPLIED.update(out.value[2])
             raise RuntimeError(out.value[1])  # TVM's own message: the attempt's rejection reason
 
 
@@ -734,6 +758,8 @@ def _answers(out: list) -> list[ScheduleState | BaseException]:
             APPLIED.update(r[1][1])
             results.append(r[1][0])
         else:
+            if len(r) > 2:
+                APPLIED.update(r[2])
             results.append(RuntimeError(r[1]))
     return results
 
@@ -755,6 +781,8 @@ class PendingStates:
             return []
         outcome = self.task.outcome()
         if not outcome.ok:  # crashed or hung: a new worker holds no kernel; one request per item names the culprit
+            log.warning("constrained decoding: the TVM worker's request of %d lines failed (%s: %s); each asked alone",
+                        len(self.items), outcome.kind, (outcome.message.strip().splitlines() or [""])[0][:300])
             with self.worker.lock:
                 self.worker.known.clear()
             return self.worker._each(self.items)
