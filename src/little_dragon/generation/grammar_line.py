@@ -32,8 +32,8 @@ stays the codec's.  Changes, all of them narrowing:
   (``ScheduleState.lookups_capped``: a real trace looks each block up at most once in a run);
 - [target] storage scopes (``cread``/``cwrite``/``scope``) one the target has, and ``bind`` axes the target's: on a
   CPU (``ScheduleState.cpu``) no blockIdx/threadIdx (a kernel binding one does not build for llvm) and memory in
-  ``global``/``local`` only (``_target_rules``); ``cread .. c=[..]`` names at most the block itself (TVM's CacheRead
-  segfaults on other consumer lists: ``_index_rule``);
+  ``global``/``local`` only (``_target_rules``); ``cread .. c=[..]`` names at most the block itself, and not for a buffer
+  the block also writes (TVM's CacheRead segfaults on other consumer lists: ``_index_rule``);
 - ``cat c1 .. cN = k`` and ``ann .. cat .. = k``: k < N (named lists: their length).
 - integers right after a field are written with their separating space (``SINT``): the grammar's
   ``%ignore`` would otherwise let ``loops b12`` read as ``loops b1 2`` when only ``b1`` exists, which the

@@ -2,8 +2,9 @@
 
 Constrained decoding applies every completed line of an attempt to a live schedule of its workload
 (``constrain_state``) and finishes a cut attempt with the target's post-processors.  Some TVM primitives kill the
-process on input the codec decodes (SIGSEGV: SamplePerfectTile on ``m=_``, Fuse on ``pui=_``; the line grammar
-masks those two, but one still unknown would end a whole evaluation, RL run or ``dragon optimize``).  So that work
+process on input the codec decodes (SIGSEGV: SamplePerfectTile on ``m=_``, Fuse on ``pui=_``, ComputeAt on ``pul=_``,
+CacheRead on a consumer list naming the buffer's writer; the line grammar masks those, but one still unknown would end a
+whole evaluation, RL run or ``dragon optimize``).  So that work
 runs in one worker of ``little_dragon.sandbox.WorkerPool`` (pebble, as the harvest's tuning tasks: replaced when it
 dies or times out, its process group killed), which keeps the prefixes' live schedules between requests.
 
