@@ -861,48 +861,32 @@ def blocks_in_run_order(sch: Any) -> list[PlacedBlock]:
     return out
 
 
-def half_bound_blocks(sch: Any) -> tuple[list[str], bool]:
+def half_bound_blocks(sch: Any, blocks: list[PlacedBlock] | None = None) -> tuple[list[str], bool]:
     """The blocks MetaSchedule's RewriteUnboundBlock refuses to bind, as its ``UnboundBlockFinder`` and
-    ``BindBlockThreadIdx`` see them: a block reached from the root without passing another block, while not both a
-    blockIdx and a threadIdx loop are above it (the finder's walk), that has a blockIdx loop above it and no threadIdx
-    loop, is not annotated as multi-level tiled (skipped) nor for cooperative fetch (RewriteCooperativeFetch, which runs
-    first, binds its threads); and whether every such block has a loop above it that no thread axis binds (a later
-    `bind .. tx` can still make it whole)."""
-    from tvm.s_tir import SBlockRealize
-    from tvm.tirx import For, IfThenElse, SeqStmt, Stmt
+    ``BindBlockThreadIdx`` see them: a block inside no block but the root, under a blockIdx loop and no threadIdx loop,
+    not annotated as multi-level tiled (skipped) nor for cooperative fetch (RewriteCooperativeFetch, which runs first,
+    binds its threads); and whether every such block has a loop above it that no thread axis binds and nothing
+    annotates (a later `bind .. tx` can still make it whole).  ``blocks``: ``blocks_in_run_order(sch)``, when the caller
+    has it."""
+    from tvm.tirx import For
 
     skip = ("meta_schedule.tiling_structure", "meta_schedule.cooperative_fetch")
-    out: list[str] = []
-    fixable = True
+    placed = blocks_in_run_order(sch) if blocks is None else blocks
+    roots = {i for i, p in enumerate(placed) if p.top}
+    half = [p.block for p in placed if not p.top and p.outer <= roots
+            and any(loop.tag.startswith("blockIdx.") for loop in p.launch)
+            and not any(loop.tag.startswith("threadIdx.") for loop in p.launch)
+            and not any(k in p.block.annotations for k in skip)]
 
-    def visit(stmt: Any, bx: bool, tx: bool, free: bool) -> None:
-        nonlocal fixable
-        if isinstance(stmt, For):
-            tag = str(stmt.thread_binding.thread_tag) if stmt.thread_binding is not None else ""
-            bx, tx = bx or tag.startswith("blockIdx."), tx or tag.startswith("threadIdx.")
-            if not (bx and tx):
-                visit(stmt.body, bx, tx, free or (not tag and not stmt.annotations))
-        elif isinstance(stmt, SBlockRealize):
-            if bx and not tx and not any(k in stmt.block.annotations for k in skip):
-                out.append(stmt.block.name_hint)
-                fixable = fixable and free
-        elif isinstance(stmt, SeqStmt):
-            for s in stmt.seq:
-                visit(s, bx, tx, free)
-        elif isinstance(stmt, IfThenElse):
-            visit(stmt.then_case, bx, tx, free)
-            if stmt.else_case is not None:
-                visit(stmt.else_case, bx, tx, free)
-        else:
-            body = getattr(stmt, "body", None)
-            if isinstance(body, Stmt):
-                visit(body, bx, tx, free)
+    def free_loop_above(block: Any) -> bool:
+        ref = sch.state.get_sref(block).parent
+        while ref is not None:
+            if isinstance(ref.stmt, For) and ref.stmt.thread_binding is None and not ref.stmt.annotations:
+                return True
+            ref = ref.parent
+        return False
 
-    for f in sch.mod.functions.values():
-        body = getattr(f, "body", None)
-        if isinstance(body, SBlockRealize):
-            visit(body.block.body, False, False, False)
-    return out, fixable
+    return [b.name_hint for b in half], all(free_loop_above(b) for b in half)
 
 
 def leaf_blocks(blocks: list[PlacedBlock]) -> list[PlacedBlock]:
