@@ -222,9 +222,10 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
         st.n_children[k] = _safe(lambda: len(_query(sch, _ffi_api.ScheduleGetChildBlocks, rv)), -1)
         st.n_reads[k], st.n_writes[k] = len(blk.reads), len(blk.writes)
         written = {hash(w.source) for w in blk.writes}
-        if any(hash(r.source) in written for r in blk.reads):
-            st.reads_written[k] = frozenset(i for i, r in enumerate(blk.reads) if hash(r.source) in written)
-        if any(hash(w.source) in params for w in blk.writes):
+        both = frozenset(i for i, r in enumerate(blk.reads) if hash(r.source) in written)
+        if both:
+            st.reads_written[k] = both
+        if written & params:
             outputs.add(k)
         if blk.init is not None or k in outputs:
             not_inlinable.add(k)

@@ -131,8 +131,7 @@ class _StepProfile:
         self._t: float | None = None  # when the current request's work began (None: between requests)
         self._busy = 0.0
         self._ops: list[str] = []
-        self.slow: Any = None
-        self.fast: Any = None
+        self.stats: dict[str, Any] = {"slow": None, "fast": None}  # pstats.Stats of each kind of step
         self.steps = {"slow": 0, "fast": 0}
         self.seconds = {"slow": 0.0, "fast": 0.0}
         self.slowest: list[tuple[float, str]] = []
@@ -163,11 +162,10 @@ class _StepProfile:
         self.pause()
         ms = 1e3 * self._busy
         kind = "slow" if ms >= self.slow_ms else "fast"
-        held = getattr(self, kind)
-        if held is None:
-            setattr(self, kind, pstats.Stats(self._prof))
+        if self.stats[kind] is None:
+            self.stats[kind] = pstats.Stats(self._prof)
         else:
-            held.add(self._prof)
+            self.stats[kind].add(self._prof)
         self.steps[kind] += 1
         self.seconds[kind] += self._busy
         if kind == "slow":
@@ -192,7 +190,7 @@ class _StepProfile:
             if kind == "slow":
                 for ms, what in self.slowest:
                     buf.write(f"  {ms:8.1f} ms  {what}\n")
-            stats = getattr(self, kind)
+            stats = self.stats[kind]
             if stats is not None:
                 stats.stream = buf
                 stats.sort_stats("cumulative").print_stats(self.LINES)

@@ -312,7 +312,7 @@ def _index_rule(name: str, mnemonic: str, counts: dict[int, int],
         free = [i for i in range(n) if i not in self_read]
         parts = ["(" + " | ".join(f'" {i}"' for i in free) + f") SCOPE {name}_c{k}?"] if free else []
         if self_read and mnemonic == "cread":  # its own output: a consumer list names no block
-            parts.append("(" + " | ".join(f'" {i}"' for i in sorted(self_read) if i < n) + f') SCOPE {name}_n{k}?')
+            parts.append("(" + " | ".join(f'" {i}"' for i in sorted(self_read)) + f') SCOPE {name}_n{k}?')
             rules.append(f'{name}_n{k}: " c=" "[" "]"')
         rules.append(f'{name}_b{k}: "b{k}" (' + " | ".join(parts) + ")")
         rules.append(f'{name}_c{k}: " c=" "[" {own} "]"')  # the space before an option: `_option_rules`
@@ -858,6 +858,7 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.loop_child.items())), tuple(sorted(state.loop_pinned)), tuple(sorted(state.loop_bound)),
             tuple(sorted(state.lookup_run)), tuple(sorted(state.loop_tiled)), tuple(sorted(state.block_relaid)),
             tuple(sorted(state.block_moved)), state.any_annotation,
+            tuple(sorted((k, tuple(sorted(v))) for k, v in state.reads_written.items())),
             tuple(sorted(state.not_inlinable)),
             tuple(sorted((k, tuple(sorted(v))) for k, v in state.loop_nested_axes.items())),
             tuple(sorted(state.root_blocks)), tuple(sorted((k, tuple(sorted(v))) for k, v in state.annotations.items())),
