@@ -68,7 +68,7 @@ from little_dragon.codec.canonical import dumps, first_mismatch, index_maps_pars
 from little_dragon.generation.constrain_state import ScheduleState
 from little_dragon.generation.grammar_line import (line_grammar, line_kinds, reorder_derivable, tiling_run,
                                                   tiling_threads)
-from little_dragon.generation.schedule_worker import _LIVE, LRU, finish_check, post_section, prefix_facts
+from little_dragon.generation.schedule_worker import _LIVE, LRU, TVMCrashed, TVMTimedOut, finish_check, post_section, prefix_facts
 from little_dragon.generation.schedule_worker import worker as tvm_worker
 from little_dragon.generation.thread_bounds import THREAD_BOUNDS
 from little_dragon.tvmx.postprocs import POSTPROC_MARKER
@@ -126,6 +126,12 @@ def workload_of_prompt(prompt: str) -> Workload | None:
 
 # -------------------------------------------------------------------------------------------- statistics
 MARKS_WAIT_BUCKETS = (1, 2, 5, 10, 20, 50, 100)  # ms: the upper ends of ``ConstraintStats.marks_wait_steps``' buckets
+# [finish lost] a cut or refused attempt's search for a prefix the post-processors finish stops once this many of its
+# checks lost their TVM worker (crashed or timed out): the shorter prefixes hold the same lines, and each lost worker
+# is a new process and the kernel sent again (~3 s).  Session 38's H100 A/B: one attempt's 25 prefixes each crashed
+# the worker (a fetch of 0 lanes, since masked: ``grammar_line.FETCH_KEY``), 71 s of the arm's 173 s.  Two: a crash
+# in the last line written still lets the prefix without it finish.
+FINISH_LOST_LIMIT = 2
 CUT_EXAMPLES = 4            # attempts cut at the token budget whose last lines are kept (``ConstraintStats.cut_examples``)
 RETRY_EXAMPLES = 2          # examples kept per retry reason (``ConstraintStats.retry_examples``)
 RETRY_CONTEXT_LINES = 4     # of each, the lines kept before the first line taken back
@@ -162,6 +168,9 @@ class ConstraintStats:
     finished_earlier_lines: int = 0  # the lines they dropped (a refused line included)
     finished_untiled: int = 0      # of them, ended without their tiling annotations (a tiled block left unbound)
     runaway_lines: int = 0         # lines cut at ``LINE_MAX_BYTES`` without their end (drawn again, or the attempt ends)
+    finish_s: float = 0.0          # time finishing cut and refused attempts (``ScriptConstraint.script``; in ``state_s``)
+    finish_checks: int = 0         # the end checks that finishing ran (a prefix and `post *` each; cached ones not)
+    tvm_lost: int = 0              # end checks and finishing checks whose TVM worker crashed or timed out (restarted)
     rpc_s: float = 0.0             # the decoding loop waiting for the constraint processes' answers (``PROCESSES``)
     # of the decoding loop's time with constraint processes (session 34: where a step's overhead goes, read off any run):
     marks_s: float = 0.0           # asking and waiting for line marks and the masks that come with them (in ``rpc_s``)
@@ -864,6 +873,7 @@ class ScriptConstraint:
         self._kind_matchers: dict[str, Any] | None = None  # kind -> its matcher, the kinds the line may still be
         self._line_order: dict[str, Any] = {}  # the line grammar's order rules (``_order``), for its kinds
         self.defer_end = False    # the end check runs beside decoding; ``settle`` applies its verdict
+        self._lost = 0            # this attempt's end checks whose TVM worker was lost (``FINISH_LOST_LIMIT``)
         self._end: Any = None     # the Future of a deferred end check
         # [end wait] with retries left, a deferred end check's verdict is read ``end_wait`` steps after `post *` (0: at
         # once, in the line's step); meanwhile ``_hold`` is [its Future, the tokens consumed at `post *`'s end, the
@@ -1395,7 +1405,15 @@ class ScriptConstraint:
             return None
         if self.workload is None or not text.strip():
             return None
+        t0 = time.perf_counter()
+        try:
+            return self._finish_search(text, refused)
+        finally:
+            self.stats.finish_s += time.perf_counter() - t0
+
+    def _finish_search(self, text: str, refused: bool) -> str | None:
         lines = text.splitlines(keepends=True)
+        lost = self._lost
         dropped = 1 if refused and not self.error.startswith("post:") else 0  # the line TVM refused
         for n in range(len(lines), max(len(lines) + dropped - self.finish_back, 1) - 1, -1):
             head = "".join(lines[:n])
@@ -1415,6 +1433,8 @@ class ScriptConstraint:
                     self.stats.finished_earlier_lines += len(lines) - n + dropped
                     self.stats.finished_untiled += untiled
                 return candidate
+            if self._lost - lost >= FINISH_LOST_LIMIT:  # [finish lost] TVM dies on these lines: no shorter prefix tried
+                break
         return None
 
     def _finish_check_cached(self, text: str) -> str:
@@ -1422,6 +1442,7 @@ class ScriptConstraint:
         key = ("finish", self.workload.key, text)
         hit = _STATES.get(key)
         if hit is None:
+            self.stats.finish_checks += 1
             hit = self._finish_check(text)
             _STATES.put(key, hit)
         return hit
@@ -1439,6 +1460,9 @@ class ScriptConstraint:
                 return tvm_worker(role).finish_check(wl.key, wl.mod, wl.target, text)
             return finish_check(wl.mod, wl.post_context, text, wl.key)
         except Exception as e:  # noqa: BLE001 - TVM crashed or hung on it (the worker names line and workload)
+            if isinstance(e, (TVMCrashed, TVMTimedOut)):
+                self._lost += 1
+                self.stats.tvm_lost += 1
             return str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
         finally:
             self.stats.state_s += time.perf_counter() - t0

@@ -442,6 +442,14 @@ ANNOTATION_PLACES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 # the keys MetaSchedule annotates with a sampled value (`ann .. cat`), and the two unroll keys, of which it writes one
 CATEGORICAL_KEYS = ("meta_schedule.unroll_explicit", "meta_schedule.unroll_implicit", "meta_schedule.cooperative_fetch")
+# [fetch lanes] ``ann <block> fetch``: only as MetaSchedule writes it, sampled from the vector lanes its tiling rules offer
+# (``cat lanes = k``, ``cat lanes8 = k``: 1,920 cooperative fetches of the H200 harvest, every one such a sample, folded
+# into its `ann` line).  TVM's RewriteCooperativeFetch divides by the annotated lanes: a fetch of 0 (`ann b3 fetch cat
+# unroll_gpu = 0`, the unroll list's first candidate) ends its process with SIGFPE at `post *`.  Session 38's H100 A/B
+# had an attempt write one 37 lines before the token budget cut it; finishing it tried 25 prefixes, each crashing a
+# TVM worker that then started again: 71 s of the constrained arm's 173, the batch waiting for its last process.
+FETCH_KEY = "meta_schedule.cooperative_fetch"
+FETCH_LANES = ("lanes", "lanes8")
 _EXCLUSIVE = {"meta_schedule.unroll_explicit": "meta_schedule.unroll_implicit",
               "meta_schedule.unroll_implicit": "meta_schedule.unroll_explicit"}
 
@@ -489,15 +497,21 @@ def _annotate_rules(state: ScheduleState) -> list[str]:
     alts, rules = (["LREF ANNKEYL"], [f"ANNKEYL: {_key_terminal(loop_keys)}"]) if state.loops else ([], [])
     cats: list[str] = []
     for i, (keys, refs) in enumerate(groups.items()):
-        alts.append(f"ANNREF{i} ANNKEY{i}")
-        rules += [f"ANNREF{i}: " + _alts(refs), f"ANNKEY{i}: " + _key_terminal(keys)]
-        sampled = tuple(key for key in keys if key in CATEGORICAL_KEYS)
+        rules.append(f"ANNREF{i}: " + _alts(refs))
+        plain = tuple(key for key in keys if key != FETCH_KEY)  # [fetch lanes] the fetch is sampled only
+        if plain:
+            alts.append(f"ANNREF{i} ANNKEY{i}")
+            rules.append(f"ANNKEY{i}: " + _key_terminal(plain))
+        sampled = tuple(key for key in plain if key in CATEGORICAL_KEYS)
         if sampled:
-            cats.append(f"ANNREF{i} ANNCAT{i}")
+            cats.append(f'ANNREF{i} ANNCAT{i} "cat" catsel')
             rules.append(f"ANNCAT{i}: " + _key_terminal(sampled))
+        if FETCH_KEY in keys:
+            cats.append(f'ANNREF{i} ANNFETCH "cat" fetchsel')
+    if any(FETCH_KEY in keys for keys in groups):
+        rules += [f"ANNFETCH: {_key_terminal((FETCH_KEY,))}", "fetchsel: " + " | ".join(f"cn_{n}" for n in FETCH_LANES)]
     out = ['k_ann: "ann" annto avalue', "annto: " + " | ".join(alts)] if alts else _unreachable("k_ann")
-    out += ['k_anncat: "ann" anncatto "cat" catsel', "anncatto: " + " | ".join(cats)] if cats else \
-        _unreachable("k_anncat")
+    out += ['k_anncat: "ann" anncatto', "anncatto: " + " | ".join(cats)] if cats else _unreachable("k_anncat")
     return out + rules
 
 
