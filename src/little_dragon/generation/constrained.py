@@ -2246,11 +2246,13 @@ def _with_resamples(tokenizer: Any, scripts: list[list[str]], ok: list[list[bool
              "%d lines checked, %d drawn again in their attempt (%d tokens taken back), rejected %d at a line and %d at "
              "the end of the script (of %d checked), %d cut at the budget, %d ended at an earlier line (%d lines "
              "dropped, %d without a tiling annotation); setup %.1f s, first masks %.1f s after each "
-             "call's start, %d grammars compiled in %.1f s, state %.1f s, masks %.1f s, waited for masks %.1f s",
+             "call's start, %d grammars compiled in %.1f s, state %.1f s, masks %.1f s, waited for masks %.1f s; "
+             "finishing cut and refused attempts %.1f s (%d checks; %d TVM workers lost at end checks)",
              len(scripts), first_seconds, time.perf_counter() - t0, st.attempts, st.resampled, st.lines,
              st.line_retries, st.retried_tokens, st.rejected_apply + st.rejected_decode, st.rejected_end,
              st.end_checked, st.truncated, st.finished_earlier, st.finished_earlier_lines, st.finished_untiled,
-             st.setup_s, st.first_mask_s, st.compiled, st.compile_s, st.state_s, st.mask_s, st.wait_s)
+             st.setup_s, st.first_mask_s, st.compiled, st.compile_s, st.state_s, st.mask_s, st.wait_s, st.finish_s,
+             st.finish_checks, st.tvm_lost)
     for name, counts in (("lines drawn again", st.retry_reasons), ("attempts ended", st.reasons)):
         if counts:  # what to rule next: the refusals the constraint could not mask
             log.info("constrained generation, %s by reason (top 8): %s", name, "; ".join(
