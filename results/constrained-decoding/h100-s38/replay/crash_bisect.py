@@ -1,18 +1,12 @@
-import json, random, sys, time
-sys.path.insert(0, "src")
+
+from _replay import P15A4, cuda_rows
 from little_dragon.generation import constrained as C
 
 def main():
-    rows = [json.loads(l) for l in open(".devcarry/cudads/datasets/validation.jsonl") if l.strip()]
-    rows = [r for r in rows if (json.loads(r["target"]) if isinstance(r["target"], str) else r["target"]).get("kind") == "cuda"]
-    random.Random(0).shuffle(rows)
+    rows = cuda_rows()
     wl = C.workload_of_prompt(rows[15]["prompt"])
-    lines = open("/tmp/s38/p15a4.txt").read().splitlines(keepends=True)
+    lines = open(P15A4).read().splitlines(keepends=True)
     w = C.tvm_worker("lines")
-    def crashes(n):
-        before = w.crashed
-        why = w.finish_check(wl.key, wl.mod, wl.target, "".join(lines[:n]) + "post *\n") if True else ""
-        return w.crashed > before, why
     def check(n):
         try:
             why = w.finish_check(wl.key, wl.mod, wl.target, "".join(lines[:n]) + "post *\n")

@@ -1,13 +1,14 @@
-import json, random, sys, time
-sys.path.insert(0, "src")
+import json
+import sys
+import time
+
+from _replay import TOKENIZER, cuda_rows
 from little_dragon.generation import constrained as C
 
 def main():
     from transformers import AutoTokenizer
-    tok = AutoTokenizer.from_pretrained("/tmp/pipe/artifacts/sft/model")
-    rows = [json.loads(l) for l in open(".devcarry/cudads/datasets/validation.jsonl") if l.strip()]
-    rows = [r for r in rows if (json.loads(r["target"]) if isinstance(r["target"], str) else r["target"]).get("kind") == "cuda"]
-    random.Random(0).shuffle(rows)
+    tok = AutoTokenizer.from_pretrained(TOKENIZER)
+    rows = cuda_rows()
     a = json.load(open(sys.argv[1]))["ab"]["arms"]["constrained+shared_prefix+retries4+back24+process4"]
     eng = C.engine_for(tok)
     w = C.tvm_worker("lines")

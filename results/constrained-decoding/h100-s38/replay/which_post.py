@@ -1,5 +1,6 @@
-import json, random, sys, os
-sys.path.insert(0, "src")
+import os
+
+from _replay import P15A4, cuda_rows
 from little_dragon.generation import constrained as C
 
 def run_child(fn):
@@ -13,11 +14,9 @@ def run_child(fn):
     return st
 
 def main():
-    rows = [json.loads(l) for l in open(".devcarry/cudads/datasets/validation.jsonl") if l.strip()]
-    rows = [r for r in rows if (json.loads(r["target"]) if isinstance(r["target"], str) else r["target"]).get("kind") == "cuda"]
-    random.Random(0).shuffle(rows)
+    rows = cuda_rows()
     wl = C.workload_of_prompt(rows[15]["prompt"])
-    lines = open("/tmp/s38/p15a4.txt").read().splitlines(keepends=True)
+    lines = open(P15A4).read().splitlines(keepends=True)
     from little_dragon.codec import apply, SyntaxOnlyContext
     from little_dragon.generation.schedule_worker import fresh_schedule
     ctx = wl.post_context
