@@ -17,16 +17,17 @@ from dragon_testkit import allowed_by_mask, model_script_lines, real_records, tv
 
 
 def _real_fetch():
-    """(module, ``Workload``, the record's script lines, the index of its first `ann b<k> fetch cat ..` line, k) of the
-    committed CUDA database's first record with a cooperative fetch."""
+    """(module, ``Workload``, the lines before its first `ann b<k> fetch cat ..` line, that line, the lines after it
+    without `post *`, k) of the committed CUDA database's first record with a cooperative fetch; lines end in newlines."""
     from little_dragon.generation.constrained import Workload
 
     for _, mod, target, tj in real_records(DATA / "real_cuda_db"):
-        lines = model_script_lines(tj)
+        lines = [x + "\n" for x in model_script_lines(tj)]
         for i, line in enumerate(lines):
-            m = re.match(r"ann b(\d+) fetch cat (lanes8?) = \d$", line)
+            m = re.match(r"ann b(\d+) fetch cat (lanes8?) = \d$", line.strip())
             if m:
-                return mod, Workload(mod, target), lines, i, int(m.group(1))
+                rest = "".join(x for x in lines[i + 1:] if x.strip() != "post *")
+                return mod, Workload(mod, target), "".join(lines[:i]), line, rest, int(m.group(1))
     pytest.skip("no cooperative fetch in the committed CUDA database")
 
 
@@ -46,20 +47,18 @@ def test_a_fetch_of_zero_lanes_crashes_tvm_at_post_and_is_masked(engine, smollm2
     other forms that are no lanes sample (a literal, another candidate list), while the real line stays allowed."""
     from little_dragon.generation.schedule_worker import TVMCrashed, worker
 
-    mod, wl, lines, i, k = _real_fetch()
-    head = "".join(x + "\n" for x in lines[:i])
+    mod, wl, head, fetch, rest, k = _real_fetch()
     zero = f"ann b{k} fetch cat unroll_gpu = 0\n"
     assert tvm_accepts(mod, head + zero)
-    rest = "".join(x + "\n" for x in lines[i + 1:] if x.strip() != "post *")
     tvm = worker("test-fetch-lanes")
     try:
-        real = tvm.finish_check(wl.key, wl.mod, wl.target, head + lines[i] + "\n" + rest + "post *\n")
+        real = tvm.finish_check(wl.key, wl.mod, wl.target, head + fetch + rest + "post *\n")
         assert not real.startswith(("apply", "decode")), real  # its post-processing passes (a verdict after it, if any)
         with pytest.raises(TVMCrashed):
             tvm.finish_check(wl.key, wl.mod, wl.target, head + zero + rest + "post *\n")
     finally:
         tvm.close()
-    assert allowed_by_mask(engine, wl, smollm2, head + lines[i] + "\n")
+    assert allowed_by_mask(engine, wl, smollm2, head + fetch)
     assert allowed_by_mask(engine, wl, smollm2, head + f"ann b{k} fetch cat lanes8 = 3\n")
     for bad in (zero, f"ann b{k} fetch 0\n", f"ann b{k} fetch 2\n", f"ann b{k} fetch cat 0 2 = 0\n",
                 f"ann b{k} fetch cat unroll_gpu = 1\n"):
@@ -75,10 +74,9 @@ def test_finishing_stops_once_tvm_dies_on_the_lines(engine, smollm2):
     its lines."""
     from little_dragon.generation import constrained
 
-    mod, wl, lines, i, k = _real_fetch()
-    rest = [x + "\n" for x in lines[i + 1:] if x.strip() != "post *"]
-    assert len(rest) >= constrained.FINISH_LOST_LIMIT + 1
-    text = "".join(x + "\n" for x in lines[:i]) + f"ann b{k} fetch cat unroll_gpu = 0\n" + "".join(rest)
+    mod, wl, head, _, rest, k = _real_fetch()
+    assert rest.count("\n") >= constrained.FINISH_LOST_LIMIT + 1
+    text = head + f"ann b{k} fetch cat unroll_gpu = 0\n" + rest
     stats = constrained.ConstraintStats()
     c = constrained.ScriptConstraint(engine, wl, stats)
     c.finish_back = 24
