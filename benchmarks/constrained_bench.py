@@ -534,7 +534,9 @@ def _knob(mode: str) -> tuple[str, Any]:
     too): the engine's cache rows hold N of a prompt's k attempts (shared_prefix.ROW_ATTEMPTS; arms without it: all k).
     +procprofile: each constraint process's steps under cProfile, the slow ones (>= 100 ms) apart, the listings in the
     arm's ``stats.process_profiles`` (PROFILE_PROCESSES; times inflated: not an arm to compare).  +nohalfbound: `post`
-    allowed while a block is under a blockIdx loop and no threadIdx loop (HALF_BOUND_RULE False: before session 37)."""
+    allowed while a block is under a blockIdx loop and no threadIdx loop (HALF_BOUND_RULE False: before session 37).
+    +noouterbx: a data-parallel loop with no loop above it may be bound to any axis (OUTERMOST_BLOCK_IDX False: before
+    session 39)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),
@@ -542,7 +544,8 @@ def _knob(mode: str) -> tuple[str, Any]:
              "noannmove": ("ANNOTATION_AND_MOVE_RULES", False), "eager": ("LAZY_LINE_STARTS", False),
              "lazy": ("LAZY_LINE_STARTS", True), "masksapart": ("MASKS_WITH_MARKS", False),
              "nobindfused": ("BIND_FUSED", False), "byprompt": ("SPREAD_ATTEMPTS", False),
-             "procprofile": ("PROFILE_PROCESSES", True), "nohalfbound": ("HALF_BOUND_RULE", False)}
+             "procprofile": ("PROFILE_PROCESSES", True), "nohalfbound": ("HALF_BOUND_RULE", False),
+             "noouterbx": ("OUTERMOST_BLOCK_IDX", False)}
     if mode in fixed:
         return fixed[mode]
     if re.fullmatch(r"process\d*", mode):
@@ -556,7 +559,7 @@ def _knob(mode: str) -> tuple[str, Any]:
     if re.fullmatch(r"row\d+", mode):
         return "ROW_ATTEMPTS", int(mode[len("row"):])
     raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, norefill, "
-                     "nothreadfactors, noannmove, nobindfused, byprompt, procprofile, nohalfbound, eager, lazy, masksapart, processN, niceN, endworkersN, rowN, waitN, "
+                     "nothreadfactors, noannmove, nobindfused, byprompt, procprofile, nohalfbound, noouterbx, eager, lazy, masksapart, processN, niceN, endworkersN, rowN, waitN, "
                      "retriesN, backN, shared_prefix)")
 
 

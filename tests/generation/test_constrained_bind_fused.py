@@ -55,6 +55,7 @@ def test_the_rule_in_the_line_grammar():
         loop_iters = {0: "S", 1: "S", 2: "R"}
         loop_nested_axes: dict = {}
         loop_bound: set = set()
+        loop_top: frozenset = frozenset()
         cpu = False
 
     rules = "\n".join(_parallel_rules(State(), bind_loop=1))

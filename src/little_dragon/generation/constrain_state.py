@@ -151,6 +151,13 @@ class ScheduleState:
     # session 33 (``constrained.ANNOTATION_AND_MOVE_RULES`` False, the bench's +noannmove; on a CPU target always:
     # ``grammar_line._gpu_once_rules``)
     any_annotation: bool = False
+    # [outermost loop] live loops directly under the function's root block (no loop above them: on a GPU, the
+    # outermost loop of a kernel).  `post *`'s RewriteUnboundBlock (``BindBlockThreadIdx``) fuses a block's loops outside
+    # its threadIdx loop to bind blockIdx.x when no loop above the block is bound to blockIdx; when the block's outermost
+    # loop is data parallel and already bound to a thread axis there is none to fuse and it raises ("ValueError: Check
+    # failed: ... 'fuse' requires at least 1 loop(s)").  Session 38's and 39's H100 A/Bs: 34 of 111 and 28 of 110 line
+    # retries and most end refusals.  MetaSchedule binds such a loop to blockIdx only (``grammar_line._parallel_rules``)
+    loop_top: frozenset[int] = frozenset()
 
 
 def _int(x: Any) -> int | None:
@@ -260,8 +267,9 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
                              for k, ms in scoped.items()}
             st.reverse_compute_at = {k: tuple(m for m in ms if all_under(k, m, producers)) for k, ms in scoped.items()}
     if loop_vars:
-        kinds, child, pinned, nested, bound, rfactor = _loop_facts(sch)
+        kinds, child, pinned, nested, bound, rfactor, top = _loop_facts(sch)
         st.loop_iters = {k: kinds.get(h, "S") for k, h in loop_vars.items()}
+        st.loop_top = frozenset(k for k, h in loop_vars.items() if h in top)
         named: dict[int, list[int]] = {}  # loop variable handle -> the live script variables naming that loop
         for k, h in loop_vars.items():
             named.setdefault(h, []).append(k)
@@ -301,8 +309,9 @@ def _compute_at_loops(sch: Any, block_rvs: dict[int, Any], loop_rvs: dict[int, A
     return out
 
 
-def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dict[int, frozenset[str]], dict, dict]:
-    """Six facts of the loops of the scheduled function, by loop variable handle, from one walk of the IR:
+def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dict[int, frozenset[str]], dict, dict,
+                                   set[int]]:
+    """Seven facts of the loops of the scheduled function, by loop variable handle, from one walk of the IR:
 
     - "R"/"X" for the loops that some block iter other than a data-parallel one uses in its binding (absent:
       "S").  TVM's ``CheckParallelizability`` visits every block realize under the loop that has a schedule sref
@@ -313,7 +322,8 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
     - the thread axes bound on the loops enclosing each loop or nested in it, or anywhere under its outermost loop
       (its kernel), at an extent other than its own;
     - the bound loops: (thread axis, loop variable name, extent);
-    - the loops TVM's RFactor may take, each with its block's write buffer's dimension count (``_rfactor_loops``)."""
+    - the loops TVM's RFactor may take, each with its block's write buffer's dimension count (``_rfactor_loops``);
+    - the loops directly under a function's root block (no loop above them, inside no block but the root)."""
     from tvm.s_tir import SBlockRealize
     from tvm.tirx import For, IfThenElse, SeqStmt, Stmt, analysis
 
@@ -333,6 +343,7 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
     extent_of: dict[int, int | None] = {}
     tree_of: dict[int, int] = {}  # loop -> the outermost loop enclosing it (itself at the top): its kernel, on a GPU
     tree_bound: dict[int, set[tuple[str, int | None]]] = {}  # outermost loop -> (axis, extent) of the bound loops in it
+    top: set[int] = set()  # the loops right under a root block (inside the root's realize ``scope`` is two long)
 
     def visit(stmt: Any) -> None:
         if isinstance(stmt, For):
@@ -347,6 +358,8 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
                 bound[h] = (axis, stmt.loop_var.name, stmt.extent)
             extent_of[h] = extent
             tree_of[h] = above[0] if above else h
+            if not above and len(scope) == 2:
+                top.add(h)
             above.append(h)
             fors.append(stmt)
             axes_below.append(set())
@@ -415,7 +428,7 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
         clash = {a for a, e in tree_bound.get(tree_of[h], ()) if e is not None and extent is not None and e != extent}
         if clash:
             nested[h] = nested.get(h, frozenset()) | clash
-    return kinds, child, pinned, nested, bound, _rfactor_loops(reductions, blocks_under)
+    return kinds, child, pinned, nested, bound, _rfactor_loops(reductions, blocks_under), top
 
 
 def _rfactor_loops(reductions: list[tuple[Any, Any, list[Any]]], blocks_under: dict[int, list[Any]]) -> dict[int, int]:
@@ -489,7 +502,7 @@ def nested_thread_bindings(sch: Any) -> list[str]:
     around the model's ``blockIdx.x`` loop; of session 17: 1, sibling loops at threadIdx.x 64 and 16); equal extents
     are one thread index, which only a virtual thread nested in itself misuses (session 24), unless both loops are of
     extent 1 (one iteration either way)."""
-    *_, nested, bound, _ = _loop_facts(sch)
+    _, _, _, nested, bound, _, _ = _loop_facts(sch)
     return [f"loop {name} (extent {extent}) is bound to {axis}, and so is another loop of its kernel at "
             + ("another extent" if not axis.startswith("vthread") else "this or another extent (a virtual thread)")
             for h, (axis, name, extent) in bound.items() if axis in nested.get(h, ())]

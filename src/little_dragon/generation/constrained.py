@@ -499,6 +499,12 @@ BIND_FUSED = True
 # goes back (before session 37, and the bench's +nohalfbound).
 HALF_BOUND_RULE = True
 
+# [outermost loop] on GPU targets a data-parallel loop with no loop above it is bound to blockIdx only
+# (``ScheduleState.loop_top``, ``grammar_line._parallel_rules``: `post *`'s RewriteUnboundBlock raises on a kernel whose
+# outermost loop is bound to a thread axis and none to blockIdx; session 38-39's H100 A/Bs: a quarter of the line
+# retries); False: any axis the other rules allow (before session 39, and the bench's +noouterbx).
+OUTERMOST_BLOCK_IDX = True
+
 
 # [lazy line starts] A line's first token is drawn before TVM has applied the line before it.  A line ended at step t
 # sends its prefix to the TVM worker and the attempt draws its next token at step t+1 from every token a line may start
@@ -1102,6 +1108,8 @@ class ScriptConstraint:
             raise hit
         if not HALF_BOUND_RULE and hit.half_bound:
             hit = dataclasses.replace(hit, half_bound="")
+        if not OUTERMOST_BLOCK_IDX and hit.loop_top:
+            hit = dataclasses.replace(hit, loop_top=frozenset())
         if not ANNOTATION_AND_MOVE_RULES:
             return dataclasses.replace(hit, any_annotation=True)
         return hit

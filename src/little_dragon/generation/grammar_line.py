@@ -765,6 +765,7 @@ _CODEC_AS_IS = ("k_par", "k_vec", "k_bind", "k_split", "k_fuse", "k_inline")
 _AXES = tuple(THREAD_FULL)
 _THREAD_IDX_AXES = tuple(a for a in _AXES if a.startswith("threadIdx."))
 _CPU_AXES = tuple(a for a in _AXES if a.startswith("vthread."))  # [target] a CPU kernel has no GPU threads
+_BLOCK_IDX_AXES = tuple(a for a in _AXES if a.startswith("blockIdx."))  # [outermost loop]
 
 
 def _axis_forms(axes: tuple[str, ...] | list[str]) -> list[str]:
@@ -785,7 +786,13 @@ def _parallel_rules(state: ScheduleState, bind_loop: int | None = None) -> list[
     MetaSchedule trace does (its GPU tilings and AutoBind fuse loops, then bind the fused one; 1,137 of 1,137 such pairs
     in the CUDA split's scripts, session 35), and session 34-35's H100 attempts that bound another loop there (a tiling
     of `pad_temp` binding `l21` after `fuse l4 l9 l14 l19` made `l24`) ran 2 threads a thread block, refused at the
-    bounds line and taken back to their tiling (``BIND_FUSED`` in ``constrained``; the bench's +nobindfused)."""
+    bounds line and taken back to their tiling (``BIND_FUSED`` in ``constrained``; the bench's +nobindfused).
+    [outermost loop] On a GPU a data-parallel loop with no loop above it (``state.loop_top``) is bound to a blockIdx
+    axis only: bound to a threadIdx or virtual thread there, with no blockIdx loop over its blocks, `post *`'s
+    RewriteUnboundBlock finds no loop to fuse for blockIdx.x and raises (session 38-39's main line retry).  Every bind
+    of such a loop in the H200 harvest and the committed CUDA databases is to blockIdx (1,874), threadIdx and vthread
+    bind inner loops only (3,078; ``OUTERMOST_BLOCK_IDX`` in ``constrained``; the bench's +noouterbx).  A reduction
+    loop there keeps threadIdx (a cross-thread reduction): the post-processor puts a unit loop above it for blockIdx."""
     kind, nested = state.loop_iters, state.loop_nested_axes
     par = [k for k in sorted(state.loops) if kind.get(k, "S") == "S"]
     red = [k for k in sorted(state.loops) if kind.get(k, "S") == "R"]
@@ -799,15 +806,22 @@ def _parallel_rules(state: ScheduleState, bind_loop: int | None = None) -> list[
         free_red = [k for k in free_red if k == bind_loop and tidx_axes]
         if not free_par and not free_red:  # the fused loop takes no axis here: no `bind` line (not a dead end)
             return rules + _unreachable("k_bind")
+    top = frozenset() if state.cpu else state.loop_top  # [outermost loop]: its data-parallel loops take blockIdx only
     bind = ["BPAR AXIS", "BRED TIDX"]
+    narrowed: set[int] = set()  # loops with a rule of their own (``bn<k>``): out of BPAR/BRED
     for axes, loops in ((all_axes, free_par), (tidx_axes, free_red)):
         for k in loops:
-            if nested.get(k) and axes:
-                rules.append(f'bn{k}: "l{k}" (' + _alts(_axis_forms([a for a in axes if a not in nested[k]])) + ")")
+            outer = axes is all_axes and k in top
+            if (nested.get(k) or outer) and axes:
+                allowed = [a for a in (_BLOCK_IDX_AXES if outer else axes) if a not in nested.get(k, ())]
+                narrowed.add(k)
+                if not allowed and outer:  # no axis left: not offered at all (a loop with nothing after it: dead end)
+                    continue
+                rules.append(f'bn{k}: "l{k}" (' + _alts(_axis_forms(allowed)) + ")")
                 bind.append(f"bn{k}")
     rules += ['k_bind: "bind" (' + " | ".join(bind) + ")",
-              "BPAR: " + _alts([f"l{k}" for k in free_par if not nested.get(k)]),
-              "BRED: " + _alts([f"l{k}" for k in free_red if not nested.get(k)])]
+              "BPAR: " + _alts([f"l{k}" for k in free_par if k not in narrowed]),
+              "BRED: " + _alts([f"l{k}" for k in free_red if k not in narrowed])]
     return rules
 
 
@@ -876,7 +890,8 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.not_inlinable)),
             tuple(sorted((k, tuple(sorted(v))) for k, v in state.loop_nested_axes.items())),
             tuple(sorted(state.root_blocks)), tuple(sorted((k, tuple(sorted(v))) for k, v in state.annotations.items())),
-            tuple(sorted(state.loop_rfactor.items())), state.unchanged, state.half_bound, state.cpu,
+            tuple(sorted(state.loop_rfactor.items())), tuple(sorted(state.loop_top)), state.unchanged, state.half_bound,
+            state.cpu,
             state.lookups_capped,
             tuple(sorted(state.compute_at.items())) if state.compute_at is not None else None,
             tuple(sorted(state.reverse_compute_at.items())) if state.reverse_compute_at is not None else None)
