@@ -791,7 +791,7 @@ def _parallel_rules(state: ScheduleState, bind_loop: int | None = None) -> list[
     axis only: bound to a threadIdx or virtual thread there, with no blockIdx loop over its blocks, `post *`'s
     RewriteUnboundBlock finds no loop to fuse for blockIdx.x and raises (session 38-39's main line retry).  Every bind
     of such a loop in the H200 harvest and the committed CUDA databases is to blockIdx (1,874), threadIdx and vthread
-    bind inner loops only (3,078; ``OUTERMOST_BLOCK_IDX`` in ``constrained``; the bench's +noouterbx).  A reduction
+    bind inner loops only (2,803; ``OUTERMOST_BLOCK_IDX`` in ``constrained``; the bench's +noouterbx).  A reduction
     loop there keeps threadIdx (a cross-thread reduction): the post-processor puts a unit loop above it for blockIdx."""
     kind, nested = state.loop_iters, state.loop_nested_axes
     par = [k for k in sorted(state.loops) if kind.get(k, "S") == "S"]
