@@ -70,6 +70,7 @@ from little_dragon.generation.grammar_line import (line_grammar, line_kinds, reo
                                                   tiling_threads)
 from little_dragon.generation.schedule_worker import _LIVE, LRU, TVMCrashed, TVMTimedOut, finish_check, post_section, prefix_facts
 from little_dragon.generation.schedule_worker import worker as tvm_worker
+from little_dragon.generation.shared_memory import SHARED_MEMORY
 from little_dragon.generation.thread_bounds import THREAD_BOUNDS
 from little_dragon.tvmx.postprocs import POSTPROC_MARKER
 
@@ -979,9 +980,11 @@ class ScriptConstraint:
             try:
                 self.state = self._state()
             except Exception as e:  # noqa: BLE001 - the prefix does not apply: retried, or the attempt is dead
-                # a block's threads outside the bounds its line just gave it: the end check's verdict, known now
-                # (``thread_bounds``), so back to the tiling as at `post *`
-                if not (self._retry_end(_last_message(e), "threads") if THREAD_BOUNDS in str(e) else self._retry(e)):
+                # a block's threads outside the bounds its line just gave it, a kernel's shared memory over the limit
+                # once its pipeline is annotated: the end check's verdict, known now (``thread_bounds``,
+                # ``shared_memory``), so back to the tiling as at `post *`
+                end = "threads" if THREAD_BOUNDS in str(e) else "shared" if SHARED_MEMORY in str(e) else ""
+                if not (self._retry_end(_last_message(e), end) if end else self._retry(e)):
                     self._kill("apply", e)
                 return
         self._begin_line(self._grammar(first))

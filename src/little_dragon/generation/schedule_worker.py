@@ -48,6 +48,7 @@ from little_dragon.generation.constrain_state import (LiveSchedule, ScheduleStat
                                                      repeated_in_place_update, replay)
 from little_dragon.generation.device_bounds import out_of_bounds_accesses
 from little_dragon.generation.launch_scopes import launch_scope_message, reads_outside_launch_scope
+from little_dragon.generation.shared_memory import gives_pipeline, shared_memory_message, shared_memory_over
 from little_dragon.generation.thread_bounds import gives_thread_bounds, thread_bounds_message, threads_outside_bounds
 from little_dragon.generation.tvm_breaks import (inits_without_their_update, regions_outside_buffers,
                                                  updates_without_their_predicate, vector_stores_into_one_element)
@@ -148,6 +149,10 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
         off = threads_outside_bounds(live.sch.mod, warp) if warp else None
         if off:  # VerifyGPUCode refuses it at `post *`: the constraint goes back to the tiling now (``_new_line``)
             raise RuntimeError(thread_bounds_message(off))
+    if target is not None and gives_pipeline(_final_line(text)) and gpu_warp_size(target):
+        over = shared_memory_over(live.sch.mod, _tvm_target(target))
+        if over:  # VerifyGPUCode refuses it at `post *` too: back to the tiling now (``shared_memory``)
+            raise RuntimeError(shared_memory_message(over))
     if key is not None:
         _LIVE.put((key, text), live)
     state = live_state(live)

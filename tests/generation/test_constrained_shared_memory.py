@@ -1,0 +1,112 @@
+"""A GPU kernel's shared memory against the target's limit, checked at the line that completes its software pipeline
+(issue 16, session 39; ``generation/shared_memory.py``).  MetaSchedule's GPU tiling caches both inputs in shared memory
+at the reduction's outer loop and pipelines that loop in three stages, which triples the cached buffers; VerifyGPUCode
+refuses a kernel over 48 KB at `post *`, and the attempt went back to its tiling after drawing every line in between
+(session 39's H100 A/B: 46 of 100 retries).  Now the pipeline's `order` line is refused so, and the attempt goes back
+to the tiling there.
+
+Real parts only: the committed CUDA MetaSchedule databases (tests/codec/data), TVM (its schedule, its lowering and
+VerifyGPUCode through the end check), the codec, llguidance over SmolLM2's tokenizer.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+from dragon_testkit import CODEC_DATA as DATA
+from dragon_testkit import end_check, feed_constraint, mask_of, model_script_lines, real_records, tvm_accepts
+from dragon_testkit import lines_through as _through
+from dragon_testkit import with_tiles as _with_tiles
+
+# record 0 of real_cuda_simt_db (measured by MetaSchedule): a 64 x 3072 x 2048 matmul, A and B cached in shared memory
+# at the reduction's outer loop (k split 1024 1 2: 2 a stage), 32 rows of A and 1,536 columns of B a thread block.
+# With k split 512 1 4 the caches hold (32 + 1536) x 4 floats = 25,088 bytes: under 48 KB alone, 75,264 in the
+# pipeline's three stages
+OVER = {"l2": "512 1 4"}
+STAGE, ORDER = "ann l33 stage [0 0 2]", "ann l33 order [0 1 2]"
+
+
+@pytest.fixture(scope="module")
+def record():
+    from little_dragon.generation.constrained import Workload
+
+    _, mod, target, tj = next(iter(real_records(DATA / "real_cuda_simt_db")))
+    lines = model_script_lines(tj)
+    assert STAGE in lines and ORDER in lines, lines
+    return mod, target, Workload(mod, target), lines
+
+
+def _facts(mod, wl, text: str):
+    from little_dragon import codec
+    from little_dragon.generation.schedule_worker import prefix_facts
+
+    return prefix_facts(mod, text, codec.decode(text, codec.SyntaxOnlyContext()), wl.key)
+
+
+def test_shared_memory_over_the_limit_is_refused_at_the_pipeline_order(record):
+    """The record passes its pipeline lines; with 4 of k a stage the `order` line is refused with the bytes -- not the
+    `stage` line before it (TVM lowers no pipeline without its order: no verdict there) -- although TVM applies it, and
+    the end check refuses the finished script for VerifyGPUCode: the same verdict, known earlier.  Without the pipeline
+    lines the same tiling finishes: the three stages are what is over."""
+    from little_dragon.generation.shared_memory import SHARED_MEMORY
+
+    mod, target, wl, lines = record
+    assert _facts(mod, wl, _through(lines, ORDER)) is not None
+    over = _with_tiles(lines, OVER)
+    assert _facts(mod, wl, _through(over, STAGE)) is not None
+    with pytest.raises(RuntimeError, match=re.escape(SHARED_MEMORY) + r" kernel main uses 75264 bytes .* 49152"):
+        _facts(mod, wl, _through(over, ORDER))
+    assert tvm_accepts(mod, _through(over, ORDER))
+    assert "VerifyGPUCode" in end_check(mod, "".join(x + "\n" for x in over), target)
+    assert not end_check(mod, "".join(x + "\n" for x in lines), target)
+    unpiped = [ln for ln in over if not ln.startswith("ann l33 ")]
+    assert not end_check(mod, "".join(x + "\n" for x in unpiped), target)
+
+
+def test_no_harvested_record_is_refused_at_its_pipeline(record):
+    """Every record of the committed CUDA databases through each of its pipeline lines: none refused (the H200
+    harvest, token by token: results/constrained-decoding.md, session 39)."""
+    from little_dragon.generation.constrained import Workload
+    from little_dragon.generation.shared_memory import gives_pipeline
+
+    n = 0
+    for db in ("real_cuda_db", "real_cuda_valid_db", "real_cuda_simt_db"):
+        for _, mod, target, tj in real_records(DATA / db):
+            lines = model_script_lines(tj)
+            wl = Workload(mod, target)
+            for ln in lines:
+                if gives_pipeline(ln):
+                    _facts(mod, wl, _through(lines, ln))
+                    n += 1
+    assert n >= 2, n  # the simt record's `stage` and `order` lines (the others are tensor-core or unpipelined)
+
+
+def test_the_attempt_goes_back_to_its_tiling(engine, smollm2, record):
+    """Under the constraint, token by token: the over-limit attempt is taken back at its `order` line to the first
+    `tile` line of its tiling (the tokens since then dropped, one retry counted with its reason), where a fresh
+    constraint would stand; without retries it ends there.  The record itself goes through."""
+    from little_dragon.generation.constrained import ScriptConstraint, allocate_bitmask
+
+    mod, target, wl, lines = record
+    over = _with_tiles(lines, OVER)
+    head = _through(over, ORDER)
+    refused, c = feed_constraint(engine, wl, smollm2, head)
+    assert refused is None and c.dead and "shared memory" in c.error, (refused, c.error)
+    refused, ok = feed_constraint(engine, wl, smollm2, _through(lines, ORDER))
+    assert refused is None and not ok.dead, (refused, ok.error)
+
+    c = ScriptConstraint(engine, wl)
+    c.line_retries = 2
+    bits = allocate_bitmask(1, engine.vocab_size)
+    ids = smollm2(head, add_special_tokens=False)["input_ids"]
+    for t in ids:
+        c.fill_mask(bits, 0)
+        assert (int(bits[0, t // 32]) >> (t % 32)) & 1, (smollm2.decode([t]), c.error)
+        c.advance(t)
+    first_tile = next(i for i, ln in enumerate(over) if ln.startswith("tile"))
+    kept = "".join(x + "\n" for x in over[:first_tile])
+    assert not c.dead and c.retried == 1 and c.text == kept, (c.dead, c.error, c.text[-200:])
+    assert c.take_back == len(ids) - c.n_tokens
+    assert [r for r in c.stats.retry_reasons if r.startswith("shared: shared memory:")], c.stats.retry_reasons
+    fresh = feed_constraint(engine, wl, smollm2, kept)[1]
+    assert c.at_line_start() and c.state.loops == fresh.state.loops and mask_of(c, engine) == mask_of(fresh, engine)
