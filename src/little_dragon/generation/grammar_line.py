@@ -20,7 +20,8 @@ stays the codec's.  Changes, all of them narrowing:
   (``_annotate_rules``);
 - ``par``/``vec``/``bind``, ``split``/``fuse``, ``inline``: the loops and blocks TVM's primitives accept for
   their iter kinds, annotations, nesting and block kind (``_parallel_rules``, ``_split_fuse_rules``); `bind` never
-  to a thread axis bound on an enclosing or nested loop (TVM accepts that, and the kernel is wrong);
+  to a thread axis bound on an enclosing or nested loop (TVM accepts that, and the kernel is wrong), and on a GPU a
+  data-parallel loop with no loop above it to blockIdx only (``ScheduleState.loop_top``: RewriteUnboundBlock raises);
 - ``rfactor l a``: a serial loop alone above a reduction block and used by none of its data-parallel iters (TVM's
   RFactor checks), a in TVM's factor-axis range (``_rfactor_rules``);
 - ``post`` (the script's end) only once the prefix has changed the kernel (``ScheduleState.unchanged``), and not while
