@@ -553,7 +553,7 @@ def test_the_constraint_processes_sample_what_the_thread_samples(setup, monkeypa
             # each child keeps to its share of the cores: the children and the model's loop split the host's
             for p in hook._processes:
                 assert p.request(("threads",)) == {"compile": process_cores(k), "torch": 1, "tvm": "1",
-                                                   "nice": os.nice(0)}
+                                                   "nice": os.nice(0), "tensor_intrinsics": False}
             hook.close()
             assert not any(p.child.is_alive() for p in hook._processes)
             # each ended by itself when its pipe closed (not killed at _stop's time limit: exit code -9)

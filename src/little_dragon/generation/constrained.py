@@ -528,6 +528,25 @@ LAZY_LINE_STARTS: bool = False
 PROFILE_PROCESSES: bool = False
 PROFILE_SLOW_MS: float = 100.0  # a profiled step this long or longer is a slow one
 
+# [intrinsics at start] the TVM workers register the tensor-core intrinsics when they start (beside the model's load),
+# not at the first line that needs them: on session 39's H100 host that line waited ~2.6 s, in three of the four
+# constraint processes at once (the decoding loop waits for every process), ~4% of a constrained arm.  None: when this
+# process sees a CUDA device (a CPU run's workers would spend ~5 s of a 2-core host on intrinsics its llvm kernels
+# never use); True/False: always/never.
+TENSOR_INTRINSICS_AT_START: bool | None = None
+
+
+def tensor_intrinsics_at_start() -> bool:
+    """``TENSOR_INTRINSICS_AT_START`` resolved: None is whether torch sees a CUDA device here."""
+    if TENSOR_INTRINSICS_AT_START is not None:
+        return TENSOR_INTRINSICS_AT_START
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - no torch, no CUDA: no GPU kernels to expect
+        return False
+
 
 def _end_wait(device: Any) -> int:
     """The steps an attempt holds at `post *` for its end check's verdict, for a model on ``device`` (``END_WAIT_STEPS``)."""
@@ -2026,9 +2045,11 @@ class ConstrainedDecoding:
     ``last_constraints`` are the last batch's (for their ``dead``/``error``)."""
 
     def __init__(self, tokenizer: Any, semantic: bool = True, line_retries: int = 0, finish_back: int = 0,
-                 processes: int | None = None):
+                 processes: int | None = None, tensor_intrinsics: bool | None = None):
         self.tokenizer, self.semantic = tokenizer, semantic
         processes = PROCESSES if processes is None else processes  # ``generation.constrained_processes``
+        # [intrinsics at start] resolved here (the parent), handed to the constraint processes as a value
+        intrinsics = tensor_intrinsics_at_start() if tensor_intrinsics is None else tensor_intrinsics
         self.line_retries = line_retries  # per attempt, on an engine that takes tokens back (``attempt_processor``)
         self.finish_back = finish_back    # ``ScriptConstraint.finish_back`` of every attempt
         self.stats = ConstraintStats()
@@ -2040,10 +2061,11 @@ class ConstrainedDecoding:
             from little_dragon.generation.constraint_process import ConstraintProcess, process_cores
 
             self._processes = [ConstraintProcess(tokenizer, semantic, line_retries, finish_back,
-                                                 cores=process_cores(processes)) for _ in range(processes)]
+                                                 cores=process_cores(processes), tensor_intrinsics=intrinsics)
+                               for _ in range(processes)]
         elif semantic and ISOLATE_TVM:
             for role in ("lines", *end_roles()):  # the workers' processes and imports while the caller loads its model
-                tvm_worker(role).start()
+                tvm_worker(role).start(intrinsics and semantic)
 
     def engine(self, vocab_size: int | None = None) -> TokenEngine:
         if self._engine is None:

@@ -198,7 +198,7 @@ class _StepProfile:
 
 
 def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_back: int,
-           knobs: dict[str, Any], cores: int | None = None) -> None:
+           knobs: dict[str, Any], cores: int | None = None, tensor_intrinsics: bool = False) -> None:
     """The child: one ``ConstrainedDecoding`` (thread mode, its own TVM workers) serving the parent's requests."""
     import signal
 
@@ -215,10 +215,16 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
             os.nice(constrained.PROCESS_NICE)
         if cores is not None:
             limit_threads(cores)
-        hook = constrained.ConstrainedDecoding(tokenizer, semantic, line_retries, finish_back, processes=0)
+        hook = constrained.ConstrainedDecoding(tokenizer, semantic, line_retries, finish_back, processes=0,
+                                               tensor_intrinsics=tensor_intrinsics)
         vocab = hook.engine().vocab_size
         if semantic:  # TVM's import (~3 s on a CPU) before the first call, which parses the prompts' kernels
             import tvm.script  # noqa: F401
+        if semantic and tensor_intrinsics:  # [intrinsics at start]: ready means the workers hold them
+            from little_dragon.generation.schedule_worker import worker
+
+            for role in ("lines", *constrained.end_roles()):
+                worker(role).warm(tensor_intrinsics=True)
     except BaseException:  # noqa: BLE001 - told to the parent
         conn.send(("error", traceback.format_exc()))
         return
@@ -278,8 +284,11 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
 
                 import torch
 
+                from little_dragon.generation.schedule_worker import worker
+
                 out = {"compile": constrained._workers(), "torch": torch.get_num_threads(),
-                       "tvm": os.environ.get("TVM_NUM_THREADS"), "nice": os.nice(0)}
+                       "tvm": os.environ.get("TVM_NUM_THREADS"), "nice": os.nice(0),
+                       "tensor_intrinsics": worker("lines").warm() if semantic else False}
             elif op == "close":
                 out = proc.close() if proc is not None else None
             elif op == "results":
@@ -338,9 +347,10 @@ class ConstraintProcess:
     engine and TVM workers overlap the caller's model load) and replaced when it dies."""
 
     def __init__(self, tokenizer: Any, semantic: bool = True, line_retries: int = 0, finish_back: int = 0,
-                 cores: int | None = None):
+                 cores: int | None = None, tensor_intrinsics: bool = False):
         self._args = (tokenizer, semantic, line_retries, finish_back)
         self._cores = cores  # its share of the host's cores (``process_cores``); None: its pools as a lone process's
+        self._intrinsics = tensor_intrinsics  # its TVM workers register the tensor-core intrinsics before it is ready
         self.vocab_size: int | None = None
         self.started = 0
         self._start()
@@ -349,7 +359,7 @@ class ConstraintProcess:
         ctx = multiprocessing.get_context("spawn")
         self.conn, child_conn = ctx.Pipe(duplex=True)
         # not a daemon: it starts TVM's worker processes; it ends when the pipe closes
-        self.child = ctx.Process(target=_serve, args=(child_conn, *self._args, _knobs(), self._cores),
+        self.child = ctx.Process(target=_serve, args=(child_conn, *self._args, _knobs(), self._cores, self._intrinsics),
                                  name="constraint-process")
         self.child.start()
         child_conn.close()

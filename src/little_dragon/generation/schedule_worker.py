@@ -616,11 +616,15 @@ def _context(key: Any, mod: Any, target: str) -> Any:
     return _CONTEXTS[key]
 
 
-def _warm_task() -> tuple:
+def _warm_task(tensor_intrinsics: bool = False) -> tuple:
     import tvm  # noqa: F401 - the imports a first request would wait for
     from tvm.s_tir import Schedule  # noqa: F401
 
-    return ("ok", None)
+    if tensor_intrinsics:  # what the first tensor-core line would wait for (``ScheduleWorker.warm``)
+        from little_dragon.tvmx.build import import_tensor_intrinsics
+
+        import_tensor_intrinsics()
+    return ("ok", "tvm.s_tir.tensor_intrin" in sys.modules)
 
 
 def _clear_task() -> tuple:
@@ -705,16 +709,19 @@ class ScheduleWorker:
             if self.pool is not None:
                 self.pool.run(_clear_task, timeout=self.timeout_s)
 
-    def warm(self) -> None:
-        """Start the worker now and wait for it (its Python and TVM imports), not in the first attempt's time."""
+    def warm(self, tensor_intrinsics: bool = False) -> bool:
+        """Start the worker now and wait for it (its Python and TVM imports), not in the first attempt's time;
+        ``tensor_intrinsics``: and the tensor-core intrinsics registered (the first line that needs them waited ~2.6 s
+        for them on session 39's H100 host, in every constraint process at once).  Whether the worker has them."""
         with self.lock:
-            self._pool().run(_warm_task, timeout=self.timeout_s)
+            out = self._pool().run(_warm_task, tensor_intrinsics, timeout=self.timeout_s)
+        return bool(out.ok and out.value[1])
 
-    def start(self) -> None:
+    def start(self, tensor_intrinsics: bool = False) -> None:
         """Begin starting the worker (``warm`` without waiting): its process and imports overlap the caller's work."""
         with self.lock:
             if self.pool is None:
-                self._pool().pool.schedule(_warm_task)
+                self._pool().pool.schedule(_warm_task, args=(tensor_intrinsics,))
 
     def close(self) -> None:
         with self.lock:
