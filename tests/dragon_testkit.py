@@ -218,13 +218,14 @@ def lines_through(lines: list[str], last: str) -> str:
     return "".join(x + "\n" for x in lines[:lines.index(last) + 1])
 
 
-def feed_constraint(engine, workload, tok, text: str):
+def feed_constraint(engine, workload, tok, text: str, retries: int = 0):
     """Feed ``text`` to a fresh ``ScriptConstraint`` token by token, each checked against the mask the sampler
     would apply: (None, constraint) when every token was allowed, else (the position and token refused,
-    constraint)."""
+    constraint).  ``retries``: the constraint's line retries (a refused line is taken back, as on the engine)."""
     from little_dragon.generation.constrained import ScriptConstraint, allocate_bitmask
 
     c = ScriptConstraint(engine, workload)
+    c.line_retries = retries
     bits = allocate_bitmask(1, engine.vocab_size)
     ids = tok(text, add_special_tokens=False)["input_ids"]
     for i, t in enumerate(ids):

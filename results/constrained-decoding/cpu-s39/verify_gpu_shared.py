@@ -22,19 +22,11 @@ from little_dragon.generation.schedule_worker import finish_check  # noqa: E402
 
 
 def lowered(func, target):
-    """VerifyGPUCode's pass list (``src/s_tir/meta_schedule/postproc/verify_gpu_code.cc``) on one function."""
-    import tvm.s_tir.transform as st
-    import tvm.tirx.transform as tt
+    """VerifyGPUCode's pass list (``src/s_tir/meta_schedule/postproc/verify_gpu_code.cc``) on one function: the
+    constraint's own since ea3ffbf."""
+    from little_dragon.generation.shared_memory import _lowered
 
-    passes = [st.LowerCrossThreadReduction(), st.LowerInitBlock(), st.PlanAndUpdateBufferAllocationLocation(),
-              st.ConvertBlocksToOpaque(), st.LiftThreadBinding(), st.ManifestSharedMemoryLocalStage(),
-              st.CompactBufferAllocation(), tt.StmtSimplify(), st.LowerAutoCopy(), st.UnifyThreadBinding(),
-              st.LowerMatchBuffer(), st.InjectSoftwarePipeline(), st.LowerOpaqueBlock(), tt.FlattenBuffer(),
-              tt.BF16ComputeLegalize(), tt.NarrowDataType(32), tt.StmtSimplify(), tt.VectorizeLoop(True),
-              st.InjectVirtualThread(), st.InjectDoubleBuffer(), tt.StorageRewrite(),
-              st.MergeSharedMemoryAllocations(), tt.LowerIntrin()]
-    f = func.with_attr("global_symbol", "main").with_attr("target", target).with_attr("tirx.noalias", True)
-    return tvm.transform.Sequential(passes)(tvm.IRModule({"main": f}))["main"]
+    return _lowered(func, target)
 
 
 def shared_bytes(func) -> int:
