@@ -236,6 +236,26 @@ def feed_constraint(engine, workload, tok, text: str, retries: int = 0):
     return None, c
 
 
+def back_to_tiling(engine, workload, tok, lines: list[str], last: str, reason: str):
+    """Feed ``lines`` through the line ``last`` to a constraint with two line retries, every token allowed, and check
+    that the line was refused back to the first `tile` line of its tiling as the end check would send it: one retry
+    whose reason starts with ``reason``, the tokens since the tiling taken back, and the constraint at a line start
+    exactly where a fresh one fed the lines before the tiling stands (its loops and its mask).  (constraint, token ids
+    fed, index of the tiling's first line) for the caller's own checks."""
+    head = lines_through(lines, last)
+    refused, c = feed_constraint(engine, workload, tok, head, retries=2)
+    assert refused is None, (refused, c.error)
+    ids = tok(head, add_special_tokens=False)["input_ids"]
+    first_tile = next(i for i, ln in enumerate(lines) if ln.startswith("tile"))
+    kept = "".join(x + "\n" for x in lines[:first_tile])
+    assert not c.dead and c.retried == 1 and c.text == kept, (c.dead, c.error, c.text[-200:])
+    assert c.take_back == len(ids) - c.n_tokens
+    assert [r for r in c.stats.retry_reasons if r.startswith(reason)], c.stats.retry_reasons
+    fresh = feed_constraint(engine, workload, tok, kept)[1]
+    assert c.at_line_start() and c.state.loops == fresh.state.loops and mask_of(c, engine) == mask_of(fresh, engine)
+    return c, ids, first_tile
+
+
 def mask_of(c, engine) -> list[int]:
     """The bitmask words the constraint ``c`` gives its next token (``fill_mask``)."""
     from little_dragon.generation.constrained import allocate_bitmask

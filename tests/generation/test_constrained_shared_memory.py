@@ -14,7 +14,7 @@ import re
 
 import pytest
 from dragon_testkit import CODEC_DATA as DATA
-from dragon_testkit import end_check, feed_constraint, mask_of, model_script_lines, real_records, tvm_accepts
+from dragon_testkit import back_to_tiling, end_check, feed_constraint, model_script_lines, real_records, tvm_accepts
 from dragon_testkit import lines_through as _through
 from dragon_testkit import with_tiles as _with_tiles
 
@@ -93,13 +93,4 @@ def test_the_attempt_goes_back_to_its_tiling(engine, smollm2, record):
     refused, ok = feed_constraint(engine, wl, smollm2, _through(lines, ORDER))
     assert refused is None and not ok.dead, (refused, ok.error)
 
-    refused, c = feed_constraint(engine, wl, smollm2, head, retries=2)
-    assert refused is None, (refused, c.error)
-    ids = smollm2(head, add_special_tokens=False)["input_ids"]
-    first_tile = next(i for i, ln in enumerate(over) if ln.startswith("tile"))
-    kept = "".join(x + "\n" for x in over[:first_tile])
-    assert not c.dead and c.retried == 1 and c.text == kept, (c.dead, c.error, c.text[-200:])
-    assert c.take_back == len(ids) - c.n_tokens
-    assert [r for r in c.stats.retry_reasons if r.startswith("shared: shared memory:")], c.stats.retry_reasons
-    fresh = feed_constraint(engine, wl, smollm2, kept)[1]
-    assert c.at_line_start() and c.state.loops == fresh.state.loops and mask_of(c, engine) == mask_of(fresh, engine)
+    back_to_tiling(engine, wl, smollm2, over, ORDER, "shared: shared memory:")
