@@ -140,15 +140,21 @@ def test_a_nested_binding_made_by_the_post_processing_is_rejected(engine, smollm
     assert c.stats.rejected_end == 1 and c.script(ROW_SUM) == ROW_SUM
 
 
-def test_a_kernel_that_does_not_lower_is_rejected(engine, smollm2, isolate):
+def test_a_kernel_that_does_not_lower_is_rejected(engine, smollm2, isolate, monkeypatch):
     """Every line is allowed and applies, the post-processors accept the script; the target's lowering refuses it
-    (no compiler needed: this runs on the CPU box).  Rejected at `post *` with TVM's message."""
+    (no compiler needed: this runs on the CPU box).  Rejected at `post *` with TVM's message.  The script binds the
+    kernel's outermost loop to threadIdx.x and a blockIdx.x loop inside it: since session 39 the outermost-loop rule
+    masks that `tx` (test_constrained_outermost_bind.py); without the rule the end check is what refuses it."""
     from little_dragon.codec import PostprocContext
     from little_dragon.codec.validity import check_module_script
+    from little_dragon.generation import constrained
     from little_dragon.generation.constrained import Workload
 
     mod, target = _dense_relu_module(), _cuda_target()
     assert check_module_script(DENSE_RELU, mod, PostprocContext(mod, target)).valid
+    where, _ = feed_constraint(engine, Workload(mod, target), smollm2, DENSE_RELU)
+    assert where is not None and where.startswith("token 66 ' tx' after") and where.endswith("bind l2'"), where
+    monkeypatch.setattr(constrained, "OUTERMOST_BLOCK_IDX", False)
     where, c = feed_constraint(engine, Workload(mod, target), smollm2, DENSE_RELU)
     assert where is None, where
     assert c.dead and c.error.startswith("post: lowering") and "Cannot insert syncs" in c.error, c.error
