@@ -591,6 +591,11 @@ def end_roles(n: int | None = None) -> list[str]:
     return ["end" if i == 0 else f"end{i}" for i in range(max(1, END_CHECK_WORKERS if n is None else n))]
 
 
+def worker_roles() -> list[str]:
+    """Every TVM worker role of this process: the lines' and the end checks' (``end_roles``)."""
+    return ["lines", *end_roles()]
+
+
 @functools.lru_cache(maxsize=4)
 def _end_check_pool(n: int) -> Any:
     from concurrent.futures import ThreadPoolExecutor
@@ -792,7 +797,7 @@ def clear_caches() -> None:
         cache.data.clear()
     _LIVE.data.clear()
     if ISOLATE_TVM:
-        for role in ("lines", *end_roles()):
+        for role in worker_roles():
             tvm_worker(role).clear()
 
 
@@ -2064,7 +2069,7 @@ class ConstrainedDecoding:
                                                  cores=process_cores(processes), tensor_intrinsics=intrinsics)
                                for _ in range(processes)]
         elif semantic and ISOLATE_TVM:
-            for role in ("lines", *end_roles()):  # the workers' processes and imports while the caller loads its model
+            for role in worker_roles():  # the workers' processes and imports while the caller loads its model
                 tvm_worker(role).start(intrinsics and semantic)
 
     def engine(self, vocab_size: int | None = None) -> TokenEngine:

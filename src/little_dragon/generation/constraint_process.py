@@ -223,7 +223,7 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
         if semantic and tensor_intrinsics:  # [intrinsics at start]: ready means the workers hold them
             from little_dragon.generation.schedule_worker import worker
 
-            for role in ("lines", *constrained.end_roles()):
+            for role in constrained.worker_roles():
                 worker(role).warm(tensor_intrinsics=True)
     except BaseException:  # noqa: BLE001 - told to the parent
         conn.send(("error", traceback.format_exc()))

@@ -22,9 +22,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from little_dragon.codec.kinds import KEY_ABBREV
+
 # the refusal's message starts with this (it crosses the TVM worker's process boundary as text)
 SHARED_MEMORY = "shared memory:"
-PIPELINE_KEYS = ("stage", "order", "software_pipeline_stage", "software_pipeline_order")  # the codec's forms
+_PIPELINE = ("software_pipeline_stage", "software_pipeline_order")
+PIPELINE_KEYS = (*_PIPELINE, *(KEY_ABBREV[k] for k in _PIPELINE))  # the keys as the codec may write them
 
 
 def gives_pipeline(line: str) -> bool:
