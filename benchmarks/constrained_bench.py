@@ -422,12 +422,15 @@ def _arm_run(name: str, model: Any, tok: Any, rows: list[dict[str, Any]], args: 
         knobs = [_knob(m) for m in modes if m != "shared_prefix" and not re.fullmatch(r"(retries|back)\d+", m)]
         from little_dragon.generation import shared_prefix
 
-        from little_dragon.generation import constraint_process
+        from little_dragon.generation import constraint_process, schedule_worker
 
         def owner(knob: str) -> Any:  # REDRAWS and REFILL are the engine's (shared_prefix), MASKS_WITH_MARKS the
-            #                          processes' parent side (constraint_process), the rest the constraint's
+            #                          processes' parent side (constraint_process), SHARED_MEMORY_RULE the TVM
+            #                          worker's (schedule_worker), the rest the constraint's
             if knob == "MASKS_WITH_MARKS":
                 return constraint_process
+            if knob == "SHARED_MEMORY_RULE":
+                return schedule_worker
             return shared_prefix if knob in ("REDRAWS", "REFILL", "ROW_ATTEMPTS") else mod
 
         saved = [(name, getattr(owner(name), name, None)) for name, _ in knobs]
@@ -536,7 +539,9 @@ def _knob(mode: str) -> tuple[str, Any]:
     arm's ``stats.process_profiles`` (PROFILE_PROCESSES; times inflated: not an arm to compare).  +nohalfbound: `post`
     allowed while a block is under a blockIdx loop and no threadIdx loop (HALF_BOUND_RULE False: before session 37).
     +noouterbx: a data-parallel loop with no loop above it may be bound to any axis (OUTERMOST_BLOCK_IDX False: before
-    session 39)."""
+    session 39).  +nointrinsics: the TVM workers register the tensor intrinsics at the first line that needs them, not
+    when they start (TENSOR_INTRINSICS_AT_START False: before session 39).  +noshared: a software pipeline over the
+    target's shared memory is found at `post *` only (schedule_worker.SHARED_MEMORY_RULE False: before session 39)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),
@@ -545,7 +550,8 @@ def _knob(mode: str) -> tuple[str, Any]:
              "lazy": ("LAZY_LINE_STARTS", True), "masksapart": ("MASKS_WITH_MARKS", False),
              "nobindfused": ("BIND_FUSED", False), "byprompt": ("SPREAD_ATTEMPTS", False),
              "procprofile": ("PROFILE_PROCESSES", True), "nohalfbound": ("HALF_BOUND_RULE", False),
-             "noouterbx": ("OUTERMOST_BLOCK_IDX", False)}
+             "noouterbx": ("OUTERMOST_BLOCK_IDX", False), "nointrinsics": ("TENSOR_INTRINSICS_AT_START", False),
+             "noshared": ("SHARED_MEMORY_RULE", False)}
     if mode in fixed:
         return fixed[mode]
     if re.fullmatch(r"process\d*", mode):
@@ -559,7 +565,7 @@ def _knob(mode: str) -> tuple[str, Any]:
     if re.fullmatch(r"row\d+", mode):
         return "ROW_ATTEMPTS", int(mode[len("row"):])
     raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, norefill, "
-                     "nothreadfactors, noannmove, nobindfused, byprompt, procprofile, nohalfbound, noouterbx, eager, lazy, masksapart, processN, niceN, endworkersN, rowN, waitN, "
+                     "nothreadfactors, noannmove, nobindfused, byprompt, procprofile, nohalfbound, noouterbx, nointrinsics, noshared, eager, lazy, masksapart, processN, niceN, endworkersN, rowN, waitN, "
                      "retriesN, backN, shared_prefix)")
 
 

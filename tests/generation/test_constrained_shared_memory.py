@@ -94,3 +94,34 @@ def test_the_attempt_goes_back_to_its_tiling(engine, smollm2, record):
     assert refused is None and not ok.dead, (refused, ok.error)
 
     back_to_tiling(engine, wl, smollm2, over, ORDER, "shared: shared memory:")
+
+
+def test_the_switch_goes_with_each_request_to_the_worker(record, monkeypatch):
+    """``schedule_worker.SHARED_MEMORY_RULE`` (the bench's +noshared) in the sandboxed TVM worker: the same over-limit
+    `order` line is refused with the rule and applied without it by one worker started with the rule on (each request
+    carries its caller's switch), one request at a time and batched; a constraint process's knobs carry it too."""
+    from little_dragon import codec
+    from little_dragon.generation import constraint_process, schedule_worker
+    from little_dragon.generation.shared_memory import SHARED_MEMORY
+
+    mod, target, wl, lines = record
+    text = _through(_with_tiles(lines, OVER), ORDER)
+    tj = codec.decode(text, codec.SyntaxOnlyContext())
+    worker = schedule_worker.ScheduleWorker()
+    try:
+        with pytest.raises(RuntimeError, match=re.escape(SHARED_MEMORY)):
+            worker.state(wl.key, mod, text, tj)
+        monkeypatch.setattr(schedule_worker, "SHARED_MEMORY_RULE", False)
+        assert worker.state(wl.key, mod, text, tj) is not None
+        assert not isinstance(worker.states([(wl.key, mod, text, tj)])[0], BaseException)
+        monkeypatch.setattr(schedule_worker, "SHARED_MEMORY_RULE", True)
+        [refused] = worker.states([(wl.key, mod, text, tj)])
+        assert isinstance(refused, RuntimeError) and SHARED_MEMORY in str(refused), refused
+    finally:
+        worker.close()
+    monkeypatch.setattr(schedule_worker, "SHARED_MEMORY_RULE", False)
+    knobs = constraint_process._knobs()
+    assert knobs["schedule_worker.SHARED_MEMORY_RULE"] is False
+    monkeypatch.setattr(schedule_worker, "SHARED_MEMORY_RULE", True)
+    constraint_process._apply_knobs(knobs)  # as the child applies its parent's
+    assert schedule_worker.SHARED_MEMORY_RULE is False

@@ -58,12 +58,23 @@ class ConstraintProcessError(RuntimeError):
 
 
 def _knobs() -> dict[str, Any]:
-    """The parent's ``constrained`` settings the child must share (module-level upper-case flags and sizes)."""
-    from little_dragon.generation import constrained
+    """The parent's ``constrained`` settings the child must share (module-level upper-case flags and sizes), and the
+    TVM worker's rule switches (``schedule_worker._rules``) under ``schedule_worker.<NAME>``."""
+    from little_dragon.generation import constrained, schedule_worker
 
     # not WORKERS: a child's compile threads are its share of the cores (``limit_threads``), not the parent's
-    return {k: v for k, v in vars(constrained).items() if k.isupper() and not k.startswith("_") and k != "WORKERS"
-            and (v is None or isinstance(v, (bool, int, float, str)))}
+    return {**{k: v for k, v in vars(constrained).items() if k.isupper() and not k.startswith("_") and k != "WORKERS"
+               and (v is None or isinstance(v, (bool, int, float, str)))},
+            **{f"schedule_worker.{k}": v for k, v in schedule_worker._rules().items()}}
+
+
+def _apply_knobs(knobs: dict[str, Any]) -> None:
+    """``_knobs()`` of the parent set here (the child)."""
+    from little_dragon.generation import constrained, schedule_worker
+
+    for k, v in knobs.items():
+        owner, _, name = k.rpartition(".")
+        setattr(schedule_worker if owner == "schedule_worker" else constrained, name, v)
 
 
 # ``generation.constrained_processes: -1``: this many beside a model on an accelerator, on a host with at least
@@ -206,8 +217,7 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
     try:
         from little_dragon.generation import constrained
 
-        for k, v in knobs.items():
-            setattr(constrained, k, v)
+        _apply_knobs(knobs)
         constrained.PROCESSES = 0
         if constrained.PROCESS_NICE:
             import os
@@ -260,8 +270,7 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
         try:
             if op == "start":
                 prompts, n, defer_end, retries, end_wait, lazy, knobs = args
-                for k, v in knobs.items():
-                    setattr(constrained, k, v)
+                _apply_knobs(knobs)
                 constrained.PROCESSES = 0
                 hook.stats = constrained.ConstraintStats()
                 proc = hook.attempt_processor(prompts, n, defer_end, retries, end_wait, lazy)

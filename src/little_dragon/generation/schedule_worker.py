@@ -10,8 +10,8 @@ dies or times out, its process group killed), which keeps the prefixes' live sch
 
 Requests (the worker's functions, each returning a value, never raising TVM's error):
 
-    _state_task(key, mod_json, text, trace_json) -> ("ok", (ScheduleState, counts)) | ("err", TVM's message, counts)
-                                                    (counts: ``APPLIED``'s, this request's)
+    _state_task(key, mod_json, text, trace_json, rules) -> ("ok", (ScheduleState, counts)) | ("err", TVM's message, counts)
+                                                    (counts: ``APPLIED``'s, this request's; rules: ``_rules()``)
     _finish_task(key, mod_json, target, text)    -> ("ok", why not finished: str, "" when finished)
     _post_task(key, mod_json, target, text, pre_json) -> ("ok", (why, the post-processors' section | None))
     _clear_task()                                -> ("ok", None)
@@ -97,6 +97,17 @@ _LIVE = LRU(512)  # (workload key, prefix) -> its LiveSchedule (a TVM schedule e
 # worker, refused lines included: which lines the TVM work of a step goes to (the bench's +procprofile shows them)
 APPLIED: collections.Counter = collections.Counter()
 
+# [shared memory] A line that completes a software pipeline is refused when the kernel then needs more shared memory
+# a thread block than the target has (``shared_memory``).  False: found at `post *` only (VerifyGPUCode; before
+# session 39, and the bench's +noshared).  The caller's value goes with each request (``_rules``).
+SHARED_MEMORY_RULE = True
+
+
+def _rules() -> dict[str, Any]:
+    """This process's rule switches, sent with a state request: the worker follows its caller's, whatever they were
+    when the worker started."""
+    return {"SHARED_MEMORY_RULE": SHARED_MEMORY_RULE}
+
 
 def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> ScheduleState:
     """The facts of ``text`` (complete lines, decoded as ``trace_json``) on ``mod``: the live schedule of the prefix
@@ -149,7 +160,7 @@ def prefix_facts(mod: Any, text: str, trace_json: list, key: Any = None) -> Sche
         off = threads_outside_bounds(live.sch.mod, warp) if warp else None
         if off:  # VerifyGPUCode refuses it at `post *`: the constraint goes back to the tiling now (``_new_line``)
             raise RuntimeError(thread_bounds_message(off))
-    if target is not None and gives_pipeline(_final_line(text)) and gpu_warp_size(target):
+    if SHARED_MEMORY_RULE and target is not None and gives_pipeline(_final_line(text)) and gpu_warp_size(target):
         over = shared_memory_over(live.sch.mod, _tvm_target(target))
         if over:  # VerifyGPUCode refuses it at `post *` too: back to the tiling now (``shared_memory``)
             raise RuntimeError(shared_memory_message(over))
@@ -567,7 +578,9 @@ def _module(key: Any, mod_json: str | None) -> Any:
     return _MODS.get(key)
 
 
-def _state_task(key: Any, mod_json: str | None, text: str, trace_json: list) -> tuple:
+def _state_task(key: Any, mod_json: str | None, text: str, trace_json: list, rules: dict | None = None) -> tuple:
+    if rules:
+        globals().update(rules)
     mod = _module(key, mod_json)
     if mod is None:
         return ("need_module",)
@@ -589,9 +602,9 @@ def _line_work(text: str, t0: float, before: collections.Counter) -> dict:
     return dict(APPLIED - before)
 
 
-def _states_task(items: list[tuple]) -> tuple:
+def _states_task(items: list[tuple], rules: dict | None = None) -> tuple:
     """``_state_task`` of each ``(key, mod_json, text, trace_json)`` in one request (a decoding step's lines)."""
-    return ("ok", [_state_task(*item) for item in items])
+    return ("ok", [_state_task(*item, rules) for item in items])
 
 
 def _finish_task(key: Any, mod_json: str | None, target: str, text: str) -> tuple:
@@ -661,7 +674,7 @@ class ScheduleWorker:
 
     # -- requests
     def state(self, key: Any, mod: Any, text: str, trace_json: list) -> ScheduleState:
-        state, applied = self._call(key, mod, text, lambda mj: (_state_task, key, mj, text, trace_json))
+        state, applied = self._call(key, mod, text, lambda mj: (_state_task, key, mj, text, trace_json, _rules()))
         APPLIED.update(applied)
         return state
 
@@ -682,7 +695,7 @@ class ScheduleWorker:
             pool = self._pool()
             sent = {k for k, *_ in items if k not in self.known} | set(resend)
             batch = [(k, tvm_json(m) if k in sent else None, text, tj) for k, m, text, tj in items]
-            task = pool.submit(_states_task, batch, timeout=self.timeout_s)
+            task = pool.submit(_states_task, batch, _rules(), timeout=self.timeout_s)
         return PendingStates(self, items, task, sent, retry)
 
     def _each(self, items: list[tuple[Any, Any, str, list]]) -> list[ScheduleState | BaseException]:
