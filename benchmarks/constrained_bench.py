@@ -540,8 +540,9 @@ def _knob(mode: str) -> tuple[str, Any]:
     allowed while a block is under a blockIdx loop and no threadIdx loop (HALF_BOUND_RULE False: before session 37).
     +noouterbx: a data-parallel loop with no loop above it may be bound to any axis (OUTERMOST_BLOCK_IDX False: before
     session 39).  +nointrinsics: the TVM workers register the tensor intrinsics at the first line that needs them, not
-    when they start (TENSOR_INTRINSICS_AT_START False: before session 39).  +noshared: a software pipeline over the
-    target's shared memory is found at `post *` only (schedule_worker.SHARED_MEMORY_RULE False: before session 39)."""
+    when they start (TENSOR_INTRINSICS_AT_START False: before session 39).  +shared / +noshared: a software pipeline
+    over the target's shared memory refused at its `order` line, or found at `post *` only
+    (schedule_worker.SHARED_MEMORY_RULE True / False; True in session 39, False by default since session 40)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),
@@ -551,7 +552,7 @@ def _knob(mode: str) -> tuple[str, Any]:
              "nobindfused": ("BIND_FUSED", False), "byprompt": ("SPREAD_ATTEMPTS", False),
              "procprofile": ("PROFILE_PROCESSES", True), "nohalfbound": ("HALF_BOUND_RULE", False),
              "noouterbx": ("OUTERMOST_BLOCK_IDX", False), "nointrinsics": ("TENSOR_INTRINSICS_AT_START", False),
-             "noshared": ("SHARED_MEMORY_RULE", False)}
+             "shared": ("SHARED_MEMORY_RULE", True), "noshared": ("SHARED_MEMORY_RULE", False)}
     if mode in fixed:
         return fixed[mode]
     if re.fullmatch(r"process\d*", mode):
@@ -565,7 +566,7 @@ def _knob(mode: str) -> tuple[str, Any]:
     if re.fullmatch(r"row\d+", mode):
         return "ROW_ATTEMPTS", int(mode[len("row"):])
     raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, norefill, "
-                     "nothreadfactors, noannmove, nobindfused, byprompt, procprofile, nohalfbound, noouterbx, nointrinsics, noshared, eager, lazy, masksapart, processN, niceN, endworkersN, rowN, waitN, "
+                     "nothreadfactors, noannmove, nobindfused, byprompt, procprofile, nohalfbound, noouterbx, nointrinsics, shared, noshared, eager, lazy, masksapart, processN, niceN, endworkersN, rowN, waitN, "
                      "retriesN, backN, shared_prefix)")
 
 

@@ -2,8 +2,9 @@
 (issue 16, session 39; ``generation/shared_memory.py``).  MetaSchedule's GPU tiling caches both inputs in shared memory
 at the reduction's outer loop and pipelines that loop in three stages, which triples the cached buffers; VerifyGPUCode
 refuses a kernel over 48 KB at `post *`, and the attempt went back to its tiling after drawing every line in between
-(session 39's H100 A/B: 46 of 100 retries).  Now the pipeline's `order` line is refused so, and the attempt goes back
-to the tiling there.
+(session 39's H100 A/B: 46 of 100 retries).  With the rule on (``schedule_worker.SHARED_MEMORY_RULE``, off by default
+since session 40: it cost more than it saved on the H100) the pipeline's `order` line is refused so, and the attempt
+goes back to the tiling there.
 
 Real parts only: the committed CUDA MetaSchedule databases (tests/codec/data), TVM (its schedule, its lowering and
 VerifyGPUCode through the end check), the codec, llguidance over SmolLM2's tokenizer.
@@ -36,6 +37,13 @@ def record():
     return mod, target, Workload(mod, target), lines
 
 
+@pytest.fixture
+def rule_on(monkeypatch):
+    from little_dragon.generation import schedule_worker
+
+    monkeypatch.setattr(schedule_worker, "SHARED_MEMORY_RULE", True)
+
+
 def _facts(mod, wl, text: str):
     from little_dragon import codec
     from little_dragon.generation.schedule_worker import prefix_facts
@@ -43,7 +51,7 @@ def _facts(mod, wl, text: str):
     return prefix_facts(mod, text, codec.decode(text, codec.SyntaxOnlyContext()), wl.key)
 
 
-def test_shared_memory_over_the_limit_is_refused_at_the_pipeline_order(record):
+def test_shared_memory_over_the_limit_is_refused_at_the_pipeline_order(record, rule_on):
     """The record passes its pipeline lines; with 4 of k a stage the `order` line is refused with the bytes -- not the
     `stage` line before it (TVM lowers no pipeline without its order: no verdict there) -- although TVM applies it, and
     the end check refuses the finished script for VerifyGPUCode: the same verdict, known earlier.  Without the pipeline
@@ -63,7 +71,7 @@ def test_shared_memory_over_the_limit_is_refused_at_the_pipeline_order(record):
     assert not end_check(mod, "".join(x + "\n" for x in unpiped), target)
 
 
-def test_no_harvested_record_is_refused_at_its_pipeline(record):
+def test_no_harvested_record_is_refused_at_its_pipeline(record, rule_on):
     """Every record of the committed CUDA databases through each of its pipeline lines: none refused (the H200
     harvest, token by token: results/constrained-decoding.md, session 39)."""
     from little_dragon.generation.constrained import Workload
@@ -81,7 +89,7 @@ def test_no_harvested_record_is_refused_at_its_pipeline(record):
     assert n >= 2, n  # the simt record's `stage` and `order` lines (the others are tensor-core or unpipelined)
 
 
-def test_the_attempt_goes_back_to_its_tiling(engine, smollm2, record):
+def test_the_attempt_goes_back_to_its_tiling(engine, smollm2, record, rule_on):
     """Under the constraint, token by token: the over-limit attempt is taken back at its `order` line to the first
     `tile` line of its tiling (the tokens since then dropped, one retry counted with its reason), where a fresh
     constraint would stand; without retries it ends there.  The record itself goes through."""
@@ -108,6 +116,7 @@ def test_the_switch_goes_with_each_request_to_the_worker(record, monkeypatch):
     text = _through(_with_tiles(lines, OVER), ORDER)
     tj = codec.decode(text, codec.SyntaxOnlyContext())
     worker = schedule_worker.ScheduleWorker()
+    monkeypatch.setattr(schedule_worker, "SHARED_MEMORY_RULE", True)
     try:
         with pytest.raises(RuntimeError, match=re.escape(SHARED_MEMORY)):
             worker.state(wl.key, mod, text, tj)
@@ -125,3 +134,15 @@ def test_the_switch_goes_with_each_request_to_the_worker(record, monkeypatch):
     monkeypatch.setattr(schedule_worker, "SHARED_MEMORY_RULE", True)
     constraint_process._apply_knobs(knobs)  # as the child applies its parent's
     assert schedule_worker.SHARED_MEMORY_RULE is False
+
+
+def test_off_by_default_the_end_check_still_refuses(record):
+    """By default (session 40) the over-limit `order` line is applied, as TVM applies it, and the finished script is
+    refused at `post *` by VerifyGPUCode: the same verdict, three lines later."""
+    from little_dragon.generation import schedule_worker
+
+    assert schedule_worker.SHARED_MEMORY_RULE is False
+    mod, target, wl, lines = record
+    over = _with_tiles(lines, OVER)
+    assert _facts(mod, wl, _through(over, ORDER)) is not None
+    assert "VerifyGPUCode" in end_check(mod, "".join(x + "\n" for x in over), target)

@@ -17,7 +17,11 @@ VerifyGPUCode lowers it, and its shared memory over the limit refuses the line a
 script: the attempt goes back to its tiling (``ScriptConstraint._new_line``).  A prefix TVM does not lower yet (a stage
 without its order) gets no verdict here.  MetaSchedule writes the pipeline lines after both cache reads are placed, and
 no later line of its scripts adds shared memory, so the verdict is the end check's (every harvested record is accepted
-token by token: ``benchmarks/constrained_bench.py --harvest``)."""
+token by token: ``benchmarks/constrained_bench.py --harvest``).
+
+Off by default since session 40 (``schedule_worker.SHARED_MEMORY_RULE``): measured on an H100, it refused 4 of 96
+retries at `order` instead of `post *` (three lines earlier), while its check in the step that ends each pipeline line
+cost more than that saved (results/constrained-decoding.md, "Session 40")."""
 from __future__ import annotations
 
 from typing import Any
