@@ -39,9 +39,13 @@ def record():
 
 @pytest.fixture
 def rule_on(monkeypatch):
-    from little_dragon.generation import schedule_worker
+    """The rule on for one test; the prefixes' cached facts (verdicts under the rule) forgotten before and after."""
+    from little_dragon.generation import constrained, schedule_worker
 
+    constrained.clear_caches()
     monkeypatch.setattr(schedule_worker, "SHARED_MEMORY_RULE", True)
+    yield
+    constrained.clear_caches()
 
 
 def _facts(mod, wl, text: str):
@@ -136,9 +140,11 @@ def test_the_switch_goes_with_each_request_to_the_worker(record, monkeypatch):
     assert schedule_worker.SHARED_MEMORY_RULE is False
 
 
-def test_off_by_default_the_end_check_still_refuses(record):
+def test_off_by_default_the_end_check_still_refuses(engine, smollm2, record):
     """By default (session 40) the over-limit `order` line is applied, as TVM applies it, and the finished script is
-    refused at `post *` by VerifyGPUCode: the same verdict, three lines later."""
+    refused at `post *` by VerifyGPUCode: the same verdict, three lines later.  Under the constraint the attempt goes
+    back to its tiling from `post *`, and the retry's example keeps the whole script (an end check's refusal is the
+    whole kernel's: ``constrained.FULL_CONTEXT_REASONS``), the lines before the tiling, then those taken back."""
     from little_dragon.generation import schedule_worker
 
     assert schedule_worker.SHARED_MEMORY_RULE is False
@@ -146,3 +152,8 @@ def test_off_by_default_the_end_check_still_refuses(record):
     over = _with_tiles(lines, OVER)
     assert _facts(mod, wl, _through(over, ORDER)) is not None
     assert "VerifyGPUCode" in end_check(mod, "".join(x + "\n" for x in over), target)
+
+    c, _, first_tile = back_to_tiling(engine, wl, smollm2, over, "post *", "post:")
+    [(reason, [example])] = [(r, e) for r, e in c.stats.retry_examples.items() if r.startswith("post:")]
+    assert "VerifyGPUCode" in reason, reason
+    assert example.startswith("\n".join([*over[:first_tile], "~~~ taken back:", *over[first_tile:-1]])), example

@@ -136,6 +136,10 @@ FINISH_LOST_LIMIT = 2
 CUT_EXAMPLES = 4            # attempts cut at the token budget whose last lines are kept (``ConstraintStats.cut_examples``)
 RETRY_EXAMPLES = 2          # examples kept per retry reason (``ConstraintStats.retry_examples``)
 RETRY_CONTEXT_LINES = 4     # of each, the lines kept before the first line taken back
+# ... except an end check's refusal (`post:`), whose example keeps its whole prefix: the kernel refused is the whole
+# script, and only the whole can be replayed (session 40: 26 VerifyGPUCode refusals at `post *` on the H100, their
+# four lines of context too few to tell which limit)
+FULL_CONTEXT_REASONS = ("post:",)
 RETRY_BACK_LINES = 60       # and the lines taken back kept
 
 
@@ -1083,7 +1087,9 @@ class ScriptConstraint:
         self.stats.retried_tokens += n
         reason = re.sub(r"\d+", "N", why[:300])
         self.stats.add_reason(reason, retried=True)
-        before = start.text.split("\n")[:-1][-RETRY_CONTEXT_LINES:]
+        before = start.text.split("\n")[:-1]
+        if not why.startswith(FULL_CONTEXT_REASONS):
+            before = before[-RETRY_CONTEXT_LINES:]
         back = self.text[len(start.text):].split("\n")[:-1][:RETRY_BACK_LINES]  # the refused line last (or `post *`)
         writing = self.line.decode("utf-8", "replace")  # what the attempt had written of its next line (taken back too)
         if back and writing.partition("\n")[0].strip() == back[-1].strip():  # refused as it ended: that line itself
