@@ -13,7 +13,8 @@
 #
 # Usage: bash scripts/device/eval_sealed.sh [MODEL_DIR]
 #   env: OUT (results folder), PYTHON (default python3), ATTEMPTS (k, default 8), MAX_PROMPTS (per task and
-#        slice, default 10), MAX_NEW_TOKENS (default 1024), BATCH (sequences per generate call, default 256),
+#        slice, default 10), MAX_NEW_TOKENS (the evaluation's default 0: the model's own
+#        budget, saved by its SFT run, script_budget.py; the generation-speed bench's 1024), BATCH (sequences per generate call, default 256),
 #        BENCH_PROMPTS (default 100), SKIP_BENCH=1, SEALED (default artifacts/sealed), HARVEST_ROOTS
 #        (default data/harvest), TARGET (default cuda), RUN_DIR (scratch, default /tmp/eval_sealed),
 #        ROWS (benchmark prompts, default artifacts/datasets/validation.jsonl), GEN_CACHE (generation engine,
@@ -29,6 +30,7 @@ PY=${PYTHON:-python3}
 OUT=${OUT:-results/eval-sealed-h200}
 ATTEMPTS=${ATTEMPTS:-8}
 MAX_PROMPTS=${MAX_PROMPTS:-10}
+EVAL_MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-0}
 MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-1024}
 BATCH=${BATCH:-256}
 BENCH_PROMPTS=${BENCH_PROMPTS:-100}
@@ -51,7 +53,7 @@ t0=$(date +%s)
   --metrics "$OUT/eval_metrics.json" \
   --set "sealed_dir=\"$SEALED\"" --set "harvest_roots=[\"$HARVEST_ROOTS\"]" --set attempts=$ATTEMPTS \
   --set max_prompts_per_task=$MAX_PROMPTS --set metaschedule_baseline=$MS --set "report_dir=\"$RUN_DIR/report\"" \
-  --gen-set max_new_tokens=$MAX_NEW_TOKENS --gen-set batch_size=$BATCH ${GEN_CACHE:+--gen-set cache_implementation=$GEN_CACHE} ${GEN_EXTRA:-} \
+  --gen-set max_new_tokens=$EVAL_MAX_NEW_TOKENS --gen-set batch_size=$BATCH ${GEN_CACHE:+--gen-set cache_implementation=$GEN_CACHE} ${GEN_EXTRA:-} \
   2>&1 | tee "$RUN_DIR/eval.log" | grep -v " DEBUG " | tail -n 40
 t1=$(date +%s)
 cp "$RUN_DIR/eval/summary.json" "$OUT/eval_sealed_${TARGET}_summary.json"

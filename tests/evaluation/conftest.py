@@ -80,7 +80,8 @@ def eval_cfgs(built, harvested, tmp_path_factory):
     ev = EvaluationConfig(target=LLVM, sealed_dir=cfg.sealed_dir, harvest_roots=[str(harvested / "harvest")],
                           attempts=3, max_prompts_per_task=2, report_dir=str(d / "reports"), bootstrap_samples=300)
     # greedy: the memorised scripts come out as trained (sampled, a tiny model this small misspells mnemonics)
-    gen = GenerationConfig(max_new_tokens=420, temperature=0.0, batch_size=12)
+    # budget 0: each model's own, saved by its SFT run (script_budget; both learned the same rows: the same budget)
+    gen = GenerationConfig(max_new_tokens=0, temperature=0.0, batch_size=12)
     evaluator = EvaluatorConfig(pool_size=2, cache_path=str(d / "cache.sqlite"))
     timing = TimingConfig(number=2, repeat=3, min_repeat_ms=5)
     return ev, gen, evaluator, timing

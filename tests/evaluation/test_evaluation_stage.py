@@ -119,7 +119,7 @@ def test_promotion_gate_refuses_untrained_and_promotes_better(evaluations, eval_
     assert (tmp_path / "champion-history.md").is_file() and (tmp_path / "champion-history.png").is_file()
 
 
-def test_the_gate_compares_only_attempts_sampled_alike(evaluations, tmp_path):
+def test_the_gate_compares_only_attempts_sampled_alike(evaluations, models, tmp_path):
     """A candidate whose attempts were sampled another way (here: constrained decoding) is not compared with the
     champion's evaluation: the champion is evaluated again with the candidate's decoding first (``evaluate_champion``
     gets its URI), else the gate refuses and says why.  The decoding of each evaluation is in its summary and tags."""
@@ -138,6 +138,11 @@ def test_the_gate_compares_only_attempts_sampled_alike(evaluations, tmp_path):
     champ = MlflowClient().get_model_version_by_alias(MODEL_NAME, "champion")
     assert champ.tags["sealed.decoding"] == tr.summary["decoding_protocol"]
     assert tr.summary["decoding"]["temperature"] == 0.0 and "constrained_line_retries" not in tr.summary["decoding"]
+    # generation.max_new_tokens 0: the budget the model carries, recorded as the decoding's (what the gate compares)
+    from little_dragon.script_budget import model_budget
+
+    assert tr.summary["decoding"]["max_new_tokens"] == model_budget(models["trained"]) > 0
+    assert un.summary["decoding"]["max_new_tokens"] == model_budget(models["untrained"])
 
     free, fid = decoding_protocol(GenerationConfig(constrained=False))
     con, cid = decoding_protocol(GenerationConfig(constrained=True))

@@ -35,7 +35,7 @@ def sft_model(tmp_path_factory, standin_rows, jsonl, mlflow_store):
 
 def _cfg(**kw):
     base = {"max_prompts": 6, "screen_rollouts": 4, "min_active_prompts": 2, "prompts_per_step": 2,
-            "num_generations": 4, "max_completion_length": 400, "probe_prompts": 2, "probe_rollouts": 10,
+            "num_generations": 4, "max_completion_length": 0, "probe_prompts": 2, "probe_rollouts": 10,
             "probe_every": 2, "save_steps": 2, "retire_after": 1, "reprobe_every": 2, "eval_pool_size": 1,
             "reward_timing": {"number": 2, "repeat": 3, "min_repeat_ms": 5}}
     return from_dict(RLConfig, {**base, **kw}, "test")
@@ -115,6 +115,12 @@ def test_mlflow_run_and_registry_version(rl_run, sft_model):
     client = mlflow.MlflowClient()
     run = client.get_run(rl_run["second"]["mlflow_run_id"])
     assert run.data.tags["stage"] == "rl" and run.data.params["resumed_from"] == "checkpoint-2"
+    # rl.max_completion_length 0: the SFT model's own budget (script_budget), recorded and kept in the RL model
+    from little_dragon.script_budget import model_budget
+
+    budget = model_budget(sft_model["dir"] / "model")
+    assert budget and run.data.params["max_completion_length"] == str(budget)
+    assert model_budget(rl_run["dir"] / "out" / "model") == budget
     hist = {k: client.get_metric_history(run.info.run_id, k) for k in
             ("reward", "kernel/correct_rate", "rl/active_prompts", "time/reward_share", "evaluator/cache_hit_rate")}
     assert all(len(v) == 1 for v in hist.values()), {k: len(v) for k, v in hist.items()}

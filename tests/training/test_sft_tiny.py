@@ -48,6 +48,28 @@ def test_training_writes_model_and_metrics(trained):
     assert {f"validity_rate_{t}" for t in tasks} <= set(m)
 
 
+def test_the_model_carries_the_budget_its_scripts_need(trained):
+    """The saved model's generation_config.json holds ``max_new_tokens``: its longest training or validation script
+    in its own tokens x1.25, rounded up (``script_budget``); a generator asked for budget 0 samples with it."""
+    from transformers import AutoTokenizer
+
+    from little_dragon.generation.config import GenerationConfig
+    from little_dragon.generation.sample import LocalGenerator
+    from little_dragon.generation.sources import resolve
+    from little_dragon.script_budget import model_budget, script_budget
+
+    model_dir = trained["dir"] / "out" / "model"
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    longest = max(len(tok(r["completion"], add_special_tokens=False)["input_ids"]) for r in trained["rows"])
+    budget = json.loads((model_dir / "generation_config.json").read_text())["max_new_tokens"]
+    assert budget == script_budget([longest]) == trained["metrics"]["max_new_tokens"] == model_budget(model_dir)
+    assert longest < budget <= longest * 1.25 + 64
+    gen = LocalGenerator(resolve(str(model_dir)), GenerationConfig(max_new_tokens=0, device="cpu"))
+    assert gen.cfg.max_new_tokens == budget
+    assert LocalGenerator(resolve(str(model_dir)), GenerationConfig(max_new_tokens=7, device="cpu")).cfg \
+        .max_new_tokens == 7
+
+
 def test_mlflow_run_has_params_step_metrics_hashes_and_commit(trained):
     import mlflow
 

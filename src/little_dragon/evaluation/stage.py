@@ -121,15 +121,17 @@ def evaluate_model(model: str | ModelSource, out_dir: str | Path, cfg: Evaluatio
         raise UserError(f"{cfg.sealed_dir}: no sealed prompts for target {json.dumps(target)} in slices "
                         f"{cfg.slices} (was the split built from a harvest of this target?)")
     protocol = sealed_protocol(cfg)
-    decoding, decoding_id = decoding_protocol(gen_cfg)
     params = {"model": str(model if isinstance(model, str) else model.spec), **{f"evaluation.{k}": v for k, v in
               dataclasses.asdict(cfg).items()}, **{f"generation.{k}": v for k, v in dataclasses.asdict(gen_cfg).items()}}
     with tracking.stage_run("evaluate", params, inputs={"sealed": cfg.sealed_dir},
-                            tags={"sealed.protocol": protocol, "sealed.decoding": decoding_id,
-                                  "evaluated_model": str(params["model"])}) as mlf:
+                            tags={"sealed.protocol": protocol, "evaluated_model": str(params["model"])}) as mlf:
         source = generator.source if generator is not None else (
             model if isinstance(model, ModelSource) else resolve(model))
         gen = generator or open_generator(source, gen_cfg)
+        # the decoding as sampled: a token budget of 0 is the model's own (script_budget), known once it is open
+        decoding, decoding_id = decoding_protocol(getattr(gen, "cfg", gen_cfg))
+        if mlf is not None:
+            mlf.set_tag("sealed.decoding", decoding_id)
         log.info("evaluate %s: %d prompts x %d attempts on %s", source.label, len(prompts), cfg.attempts,
                  target["kind"])
         res = generate_attempts(gen, [p.prompt for p in prompts], cfg.attempts, seed=cfg.seed)

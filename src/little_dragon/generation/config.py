@@ -8,7 +8,11 @@ from little_dragon.config import field
 
 @dataclasses.dataclass(frozen=True)
 class GenerationConfig:
-    max_new_tokens: int = field(768, help="Longest script generated, in tokens (the SFT validity passes use 768).")
+    max_new_tokens: int = field(0, help="Longest script generated, in tokens. 0: the model's own budget, which "
+                                        "`dragon train sft` saves with it (its longest training script x1.25, "
+                                        "generation_config.json max_new_tokens: tensor-core schedules are 1,081-1,594 "
+                                        "SmolLM2 tokens), 1024 for a model without one (script_budget.py). The SFT "
+                                        "validity passes use sft.validity_max_new_tokens.")
     temperature: float = field(0.7, help="Sampling temperature of the k attempts (0: greedy, one distinct "
                                          "attempt repeated k times).")
     batch_size: int = field(32, help="Sequences per generate() call (prompts x attempts); the KV cache of a "

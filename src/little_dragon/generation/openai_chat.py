@@ -8,6 +8,7 @@ The API key, if the endpoint needs one, is read from ``$OPENAI_API_KEY``.  Only 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 from little_dragon.errors import UserError
 from little_dragon.generation.config import GenerationConfig
 from little_dragon.generation.sources import ModelSource
+from little_dragon.script_budget import resolve_budget
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +68,9 @@ def system_prompt(few_shot: int, train_path: str | Path | None = None) -> str:
 
 class ChatGenerator:
     def __init__(self, source: ModelSource, cfg: GenerationConfig, train_path: str | Path | None = None):
-        self.source, self.cfg = source, cfg
+        # an endpoint's model carries no budget of ours: 0 is the fallback (script_budget)
+        self.source, self.cfg = source, dataclasses.replace(cfg, max_new_tokens=resolve_budget(cfg.max_new_tokens,
+                                                                                                None))
         self.url, self.model = parse_spec(source.spec)
         if train_path is None:
             try:

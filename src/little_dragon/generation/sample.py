@@ -18,6 +18,7 @@ import time
 from typing import Any, Callable, Protocol
 
 from little_dragon.generation.config import GenerationConfig
+from little_dragon.script_budget import resolve_budget
 from little_dragon.generation.sources import ModelSource, load_weights, resolve
 
 log = logging.getLogger(__name__)
@@ -57,9 +58,11 @@ class LocalGenerator:
             from little_dragon.config import free_cpu_cores
 
             torch.set_num_threads(free_cpu_cores())
-        self.source, self.cfg = source, cfg
         if model is None:
             model, tokenizer = load_weights(source, cfg.device, cfg.dtype)
+        if cfg.max_new_tokens <= 0:  # the model's own budget (script_budget): what evaluations record as theirs
+            cfg = dataclasses.replace(cfg, max_new_tokens=resolve_budget(cfg.max_new_tokens, model))
+        self.source, self.cfg = source, cfg
         self.model, self.tokenizer = model, tokenizer
         if logits_processor_factory is None and cfg.constrained:
             try:

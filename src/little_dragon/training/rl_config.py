@@ -68,8 +68,10 @@ class RLConfig:
         "batch", help="Advantage scaling. batch: a group of equally fast kernels differing only by timing noise is "
                       "not inflated to unit variance, as 'group' would do.")
     temperature: float = field(1.0, help="Sampling temperature of rollouts (screening and probes too).")
-    max_completion_length: int = field(768, help="Generation budget per script, tokens (a cut script fails to "
-                                                 "decode, itself a signal).")
+    max_completion_length: int = field(0, help="Generation budget per script, tokens (a cut script fails to "
+                                               "decode, itself a signal). 0: the start model's own budget, saved "
+                                               "with it by `dragon train sft` (its longest training script x1.25; "
+                                               "script_budget.py), 1024 for a model without one.")
     max_prompt_length: int = field(3072, help="Prompts longer than this many tokens are skipped.")
     precision: Literal["auto", "fp32", "bf16"] = field("auto", help="auto: bf16 on a capable GPU, fp32 on CPU.")
     gradient_checkpointing: bool = field(False, help="Recompute activations (only for large models).")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from little_dragon import atomic
+from little_dragon.script_budget import script_budget
 from little_dragon.config import flat_params
 from little_dragon.training import data as sft_data
 from little_dragon.training.augment import with_renamed_copies
@@ -172,6 +173,10 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
         staging = out_dir / ".model.staging"
         if is_main:
             shutil.rmtree(staging, ignore_errors=True)
+        # the budget the model's scripts need, saved with it (generation_config.json: ``script_budget``)
+        budget = script_budget(len(tok(r["completion"], add_special_tokens=False)["input_ids"])
+                               for r in train_rows + val_rows)
+        trainer.model.generation_config.max_new_tokens = budget
         trainer.save_model(str(staging))  # every rank: ZeRO-3 gathers the shards here
         metrics: dict[str, Any] = {
             "train_rows": len(train_rows), "train_tasks": sft_data.task_counts(train_rows),
@@ -191,6 +196,7 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
             "cpu_threads_steps": threads_cb.steps if threads_cb is not None else None,
             "model_source": loaded.source, "precision": precision, **describe(cfg),
             "deepspeed_config": ds_path.name if ds_path else None, "wall_s": time.perf_counter() - t_start,
+            "max_new_tokens": budget,
         }
         if not is_main:
             return metrics
@@ -204,6 +210,7 @@ def train_sft(cfg: SFTConfig, train_path: str | os.PathLike, val_path: str | os.
                                                                           "train_runtime_s"))})
             if final_eval.get("eval_loss") is not None:
                 mlflow.log_metric("final_eval_loss", float(final_eval["eval_loss"]))
+            mlflow.log_param("max_new_tokens", budget)  # the budget saved with the model (script_budget)
             if cfg.register:
                 from little_dragon.training.registry import log_and_register
 
