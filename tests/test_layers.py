@@ -30,7 +30,7 @@ SRC = ROOT / "src" / "little_dragon"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundations", ("little_dragon", "config", "errors", "atomic", "progress", "tracking", "tokenizer",
-                     "prefect_api")),
+                     "prefect_api", "script_budget")),
     ("tvmx", ("tvmx", "sandbox")),
     ("codec", ("codec",)),
     ("workloads", ("workloads",)),
