@@ -18,8 +18,8 @@ import time
 from typing import Any, Callable, Protocol
 
 from little_dragon.generation.config import GenerationConfig
-from little_dragon.script_budget import resolve_budget
 from little_dragon.generation.sources import ModelSource, load_weights, resolve
+from little_dragon.script_budget import resolve_budget
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +60,8 @@ class LocalGenerator:
             torch.set_num_threads(free_cpu_cores())
         if model is None:
             model, tokenizer = load_weights(source, cfg.device, cfg.dtype)
-        if cfg.max_new_tokens <= 0:  # the model's own budget (script_budget): what evaluations record as theirs
-            cfg = dataclasses.replace(cfg, max_new_tokens=resolve_budget(cfg.max_new_tokens, model))
+        # 0: the model's own budget (script_budget), resolved here: what evaluations record as theirs
+        cfg = dataclasses.replace(cfg, max_new_tokens=resolve_budget(cfg.max_new_tokens, model))
         self.source, self.cfg = source, cfg
         self.model, self.tokenizer = model, tokenizer
         if logits_processor_factory is None and cfg.constrained:

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from little_dragon import atomic
-from little_dragon.script_budget import resolve_budget
 from little_dragon.config import flat_params
+from little_dragon.script_budget import resolve_budget
 from little_dragon.training import data as sft_data
 from little_dragon.training.rl_config import RLConfig
 
@@ -272,9 +272,9 @@ def train_rl(cfg: RLConfig, train_path: str | os.PathLike, model: str, out_dir: 
     args = grpo_arguments(cfg, out_dir, precision)
     policy, tok, source, parent = load_start_model(model, torch.bfloat16 if precision == "bf16" else None,
                                                    local_copy=out_dir / "start_model")
-    if cfg.max_completion_length <= 0:  # the start model's own budget (script_budget), for every rollout
-        cfg = dataclasses.replace(cfg, max_completion_length=resolve_budget(cfg.max_completion_length, policy))
-        args.max_completion_length = cfg.max_completion_length
+    # 0: the start model's own budget (script_budget), for every rollout
+    cfg = dataclasses.replace(cfg, max_completion_length=resolve_budget(cfg.max_completion_length, policy))
+    args.max_completion_length = cfg.max_completion_length
     if torch.cuda.is_available():
         policy.to("cuda:0")
     place_reward_devices(cfg.reward_devices)

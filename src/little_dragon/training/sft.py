@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from little_dragon import atomic
-from little_dragon.script_budget import script_budget
 from little_dragon.config import flat_params
+from little_dragon.script_budget import script_budget
 from little_dragon.training import data as sft_data
 from little_dragon.training.augment import with_renamed_copies
 from little_dragon.training.config import SFTConfig
