@@ -127,3 +127,28 @@ def test_on_a_cpu_the_codecs_rules_stay(engine, smollm2):
     assert "llvm" in str(wl.target), wl.target
     for text in (f'ann b{k} tiling "SSRSRS"\n', f"ann b{k} onaversec 2\n", f"ann b{k} parallel 64\n"):
         assert allowed_by_mask(engine, wl, smollm2, head + text), text
+
+
+def test_a_loop_is_not_annotated_again_with_a_key_it_carries(engine, smollm2):
+    """After the committed SIMT record's real `ann l<k> stage ..` and `ann l<k> order ..`: the state has both keys on
+    the loop, and `ann l<k> order ..` again (TVM overwrites it; session 40's sealed attempt wrote it four times) is
+    refused in every form the decoder reads the key in; the key the loop does not carry yet (`async`, the record's next
+    line) and another loop's `order` stay allowed.  Before the first loop key, every loop takes every loop key."""
+    from little_dragon.generation.grammar_line import key_forms
+
+    prefixes = list(real_prefixes(DATA / "real_cuda_simt_db", ("ann l",), 3))
+    _, mod, wl, head, line = prefixes[2]
+    assert line.startswith("ann l") and " async " in line, line
+    k = int(line.split()[1][1:])
+    st = prefix_state(mod, head)
+    assert {"software_pipeline_stage", "software_pipeline_order"} <= st.annotations[f"l{k}"]
+    other = max(set(st.loops) - {k})
+    for form in key_forms("software_pipeline_order"):
+        again = head + f"ann l{k} {form} [0 1 2]\n"
+        assert not allowed_by_mask(engine, wl, smollm2, again), again
+        assert tvm_accepts(mod, again), again
+    assert allowed_by_mask(engine, wl, smollm2, head + line + "\n")
+    assert allowed_by_mask(engine, wl, smollm2, head + f"ann l{other} order [0 1 2]\n")
+    _, _, _, first, stage = prefixes[0]
+    assert allowed_by_mask(engine, wl, smollm2, first + f"ann l{other} stage [0 0 2]\n")
+    assert allowed_by_mask(engine, wl, smollm2, first + stage + "\n")

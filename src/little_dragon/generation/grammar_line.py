@@ -479,7 +479,7 @@ def _moved(state: ScheduleState) -> frozenset[int]:
 
 def _annotate_rules(state: ScheduleState) -> list[str]:
     """[annotation keys] ``ann <block or loop> <key> <value>``: a key of ``ANNOTATION_PLACES`` at the place and target
-    MetaSchedule writes it, on a block one the block does not carry yet (nor the other unroll key); ``ann <block> <key>
+    MetaSchedule writes it, on a block or loop one it does not carry yet (nor the other unroll key); ``ann <block> <key>
     cat ..``: the same with a key of ``CATEGORICAL_KEYS``.  The blocks are grouped by the keys left to them (a few
     groups); the key is the encoder's word with the spaces around it (``_key_terminal``: a word run into the variable
     or into the value would be read as one longer word)."""
@@ -493,9 +493,7 @@ def _annotate_rules(state: ScheduleState) -> list[str]:
         left = tuple(key for key in keys if key not in carried)
         if left:
             groups.setdefault(left, []).append(f"b{k}")
-    # every live loop takes the loop keys: `LREF` itself (a second list of every loop costs each line's compile)
-    loop_keys = keys_at("loop", state.cpu)
-    alts, rules = (["LREF ANNKEYL"], [f"ANNKEYL: {_key_terminal(loop_keys)}"]) if state.loops else ([], [])
+    alts, rules = _annotate_loop_rules(state)
     cats: list[str] = []
     for i, (keys, refs) in enumerate(groups.items()):
         rules.append(f"ANNREF{i}: " + _alts(refs))
@@ -514,6 +512,28 @@ def _annotate_rules(state: ScheduleState) -> list[str]:
     out = ['k_ann: "ann" annto avalue', "annto: " + " | ".join(alts)] if alts else _unreachable("k_ann")
     out += ['k_anncat: "ann" anncatto', "anncatto: " + " | ".join(cats)] if cats else _unreachable("k_anncat")
     return out + rules
+
+
+def _annotate_loop_rules(state: ScheduleState) -> tuple[list[str], list[str]]:
+    """[annotation keys] on loops: ``ann <loop> <key> <value>`` with a loop key the loop does not carry yet (the
+    alternatives of ``annto`` and their rules).  Until a loop carries one, every live loop takes them all: `LREF` itself
+    (a second list of every loop costs each line's compile, and only the lines after a pipeline's `ann` pay it then).
+    Session 40's sealed run had an attempt write `ann l6 order [0 1 2]` four times (TVM overwrites it); no (loop, key)
+    of the H200 harvest's 11,538 `Annotate` instructions is annotated twice."""
+    loop_keys = keys_at("loop", state.cpu)
+    carried = {k: state.annotations.get(f"l{k}", frozenset()) for k in sorted(state.loops)}
+    if not any(key in keys for keys in carried.values() for key in loop_keys):
+        return (["LREF ANNKEYL"], [f"ANNKEYL: {_key_terminal(loop_keys)}"]) if state.loops else ([], [])
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for k, keys in carried.items():
+        left = tuple(key for key in loop_keys if key not in keys)
+        if left:
+            groups.setdefault(left, []).append(f"l{k}")
+    alts, rules = [], []
+    for i, (keys, refs) in enumerate(groups.items()):
+        alts.append(f"ANNLREF{i} ANNKEYL{i}")
+        rules += [f"ANNLREF{i}: " + _alts(refs), f"ANNKEYL{i}: " + _key_terminal(keys)]
+    return alts, rules
 
 
 def _codec_annotate_rules() -> list[str]:
