@@ -53,6 +53,7 @@ def test_the_rule_in_the_line_grammar():
     class State:
         loops = {0: 64, 1: 32, 2: 16}
         loop_iters = {0: "S", 1: "S", 2: "R"}
+        loop_mixed: frozenset = frozenset()
         loop_nested_axes: dict = {}
         loop_bound: set = set()
         loop_top: frozenset = frozenset()

@@ -57,6 +57,11 @@ class ScheduleState:
     # live loop -> the block iters under it whose bindings use it: "S" only data-parallel ones (or none),
     # "R" a reduction iter too (a bind to threadIdx.x/y/z only), "X" any other kind (no par/vec/bind)
     loop_iters: dict[int, str] = dataclasses.field(default_factory=dict)
+    # live "R" loops that one block uses for a data-parallel iter too (a `fuse` of a spatial and a reduction loop): TVM
+    # binds one to threadIdx, and LowerCrossThreadReduction then sums over the data-parallel iterations as well, one
+    # value for all of them, the others left unwritten (session 41's sealed wrong result: `fuse` of pool_sum's channel
+    # and window loops bound to threadIdx.y); MetaSchedule fuses data-parallel loops only before a bind
+    loop_mixed: frozenset[int] = frozenset()
     # live loop -> the live loop variables naming its only child loop (its body is that loop): what `fuse` may
     # join it with (TVM's Fuse: each loop the parent of the next, its body exactly that loop)
     loop_child: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
@@ -267,8 +272,9 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
                              for k, ms in scoped.items()}
             st.reverse_compute_at = {k: tuple(m for m in ms if all_under(k, m, producers)) for k, ms in scoped.items()}
     if loop_vars:
-        kinds, child, pinned, nested, bound, rfactor, top = _loop_facts(sch)
+        kinds, child, pinned, nested, bound, rfactor, top, mixed = _loop_facts(sch)
         st.loop_iters = {k: kinds.get(h, "S") for k, h in loop_vars.items()}
+        st.loop_mixed = frozenset(k for k, h in loop_vars.items() if h in mixed)
         st.loop_top = frozenset(k for k, h in loop_vars.items() if h in top)
         named: dict[int, list[int]] = {}  # loop variable handle -> the live script variables naming that loop
         for k, h in loop_vars.items():
@@ -310,8 +316,8 @@ def _compute_at_loops(sch: Any, block_rvs: dict[int, Any], loop_rvs: dict[int, A
 
 
 def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dict[int, frozenset[str]], dict, dict,
-                                   set[int]]:
-    """Seven facts of the loops of the scheduled function, by loop variable handle, from one walk of the IR:
+                                   set[int], set[int]]:
+    """Eight facts of the loops of the scheduled function, by loop variable handle, from one walk of the IR:
 
     - "R"/"X" for the loops that some block iter other than a data-parallel one uses in its binding (absent:
       "S").  TVM's ``CheckParallelizability`` visits every block realize under the loop that has a schedule sref
@@ -323,12 +329,14 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
       (its kernel), at an extent other than its own;
     - the bound loops: (thread axis, loop variable name, extent);
     - the loops TVM's RFactor may take, each with its block's write buffer's dimension count (``_rfactor_loops``);
-    - the loops directly under a function's root block (no loop above them, inside no block but the root)."""
+    - the loops directly under a function's root block (no loop above them, inside no block but the root);
+    - the loops that one block uses for both a data-parallel iter and a reduction iter (a `fuse` of the two)."""
     from tvm.s_tir import SBlockRealize
     from tvm.tirx import For, IfThenElse, SeqStmt, Stmt, analysis
 
     funcs = list(sch.mod.functions.values())
     kinds: dict[int, str] = {}
+    mixed: set[int] = set()
     child: dict[int, int] = {}
     pinned: set[int] = set()
     nested: dict[int, frozenset[str]] = {}
@@ -388,14 +396,20 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
         elif isinstance(stmt, SBlockRealize):
             block = stmt.block
             if above:
+                spatial: set[int] = set()  # the variables this block's data-parallel iters use, and its reduction iters
+                reduced: set[int] = set()
                 for iv, binding in zip(block.iter_vars, stmt.iter_values):
                     kind = int(iv.iter_type)
-                    if kind == 0:  # data parallel
-                        continue
                     used = {hash(v) for v in analysis.undefined_vars(binding, [])}
+                    if kind == 0:  # data parallel
+                        spatial |= used
+                        continue
+                    if kind == 2:
+                        reduced |= used
                     for h in above:
                         if h in used and kinds.get(h) != "X":
                             kinds[h] = "R" if kind == 2 else "X"  # 2: a commutative reduction
+                mixed.update(h for h in above if h in spatial and h in reduced)
             own = fors[scope[-1]:]
             for loop in own:
                 blocks_under.setdefault(hash(loop.loop_var), []).append(block)
@@ -428,7 +442,7 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
         clash = {a for a, e in tree_bound.get(tree_of[h], ()) if e is not None and extent is not None and e != extent}
         if clash:
             nested[h] = nested.get(h, frozenset()) | clash
-    return kinds, child, pinned, nested, bound, _rfactor_loops(reductions, blocks_under), top
+    return kinds, child, pinned, nested, bound, _rfactor_loops(reductions, blocks_under), top, mixed
 
 
 def _rfactor_loops(reductions: list[tuple[Any, Any, list[Any]]], blocks_under: dict[int, list[Any]]) -> dict[int, int]:
@@ -502,7 +516,7 @@ def nested_thread_bindings(sch: Any) -> list[str]:
     around the model's ``blockIdx.x`` loop; of session 17: 1, sibling loops at threadIdx.x 64 and 16); equal extents
     are one thread index, which only a virtual thread nested in itself misuses (session 24), unless both loops are of
     extent 1 (one iteration either way)."""
-    _, _, _, nested, bound, _, _ = _loop_facts(sch)
+    _, _, _, nested, bound, _, _, _ = _loop_facts(sch)
     return [f"loop {name} (extent {extent}) is bound to {axis}, and so is another loop of its kernel at "
             + ("another extent" if not axis.startswith("vthread") else "this or another extent (a virtual thread)")
             for h, (axis, name, extent) in bound.items() if axis in nested.get(h, ())]

@@ -798,6 +798,9 @@ def _parallel_rules(state: ScheduleState, bind_loop: int | None = None) -> list[
     """[par/vec/bind] TVM parallelizes, vectorizes or binds a loop only if every block iter whose binding uses
     it is data parallel (``LPAR``), or binds it to threadIdx.x/y/z when a reduction iter is among them (``TIDX``,
     cross-thread reduction); a loop that carries any other iter kind is none of these (``state.loop_iters``).
+    [mixed loop] Nor is a loop that one block uses for both a data-parallel and a reduction iter (``state.loop_mixed``:
+    a `fuse` of the two): TVM binds it to threadIdx, and its cross-thread reduction then sums over the data-parallel
+    iterations too (session 41's sealed wrong result).
     [nested axes] A loop is not bound to a thread axis already bound on a loop enclosing it or nested in it at
     another extent (``state.loop_nested_axes``): TVM accepts that and lowers it to a kernel that leaves outputs
     unwritten (session 11's sealed wrong results); such a loop takes the other axes it may take (``bn<k>``).
@@ -816,7 +819,8 @@ def _parallel_rules(state: ScheduleState, bind_loop: int | None = None) -> list[
     loop there keeps threadIdx (a cross-thread reduction): the post-processor puts a unit loop above it for blockIdx."""
     kind, nested = state.loop_iters, state.loop_nested_axes
     par = [k for k in sorted(state.loops) if kind.get(k, "S") == "S"]
-    red = [k for k in sorted(state.loops) if kind.get(k, "S") == "R"]
+    # [mixed loop] a loop one block uses for a data-parallel and a reduction iter takes no thread axis either
+    red = [k for k in sorted(state.loops) if kind.get(k, "S") == "R" and k not in state.loop_mixed]
     free_par = [k for k in par if k not in state.loop_bound]
     free_red = [k for k in red if k not in state.loop_bound]
     all_axes, tidx_axes = (_CPU_AXES, ()) if state.cpu else (_AXES, _THREAD_IDX_AXES)  # [target]: no GPU threads
@@ -904,6 +908,7 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.n_children.items())), tuple(sorted(state.n_producers.items())),
             tuple(sorted(state.n_consumers.items())), tuple(sorted(state.n_reads.items())),
             tuple(sorted(state.n_writes.items())), tuple(sorted(state.loop_iters.items())),
+            tuple(sorted(state.loop_mixed)),
             tuple(sorted(state.loop_child.items())), tuple(sorted(state.loop_pinned)), tuple(sorted(state.loop_bound)),
             tuple(sorted(state.lookup_run)), tuple(sorted(state.loop_tiled)), tuple(sorted(state.block_relaid)),
             tuple(sorted(state.block_moved)), state.any_annotation,
