@@ -396,20 +396,21 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
         elif isinstance(stmt, SBlockRealize):
             block = stmt.block
             if above:
-                spatial: set[int] = set()  # the variables this block's data-parallel iters use, and its reduction iters
-                reduced: set[int] = set()
+                reduced: set[int] = set()  # the variables this block's reduction iters use
                 for iv, binding in zip(block.iter_vars, stmt.iter_values):
                     kind = int(iv.iter_type)
-                    used = {hash(v) for v in analysis.undefined_vars(binding, [])}
                     if kind == 0:  # data parallel
-                        spatial |= used
                         continue
+                    used = {hash(v) for v in analysis.undefined_vars(binding, [])}
                     if kind == 2:
                         reduced |= used
                     for h in above:
                         if h in used and kinds.get(h) != "X":
                             kinds[h] = "R" if kind == 2 else "X"  # 2: a commutative reduction
-                mixed.update(h for h in above if h in spatial and h in reduced)
+                if reduced:  # only a block with a reduction iter makes a mixed loop: its data-parallel iters read then
+                    spatial = {hash(v) for iv, binding in zip(block.iter_vars, stmt.iter_values)
+                               if int(iv.iter_type) == 0 for v in analysis.undefined_vars(binding, [])}
+                    mixed.update(h for h in above if h in spatial and h in reduced)
             own = fors[scope[-1]:]
             for loop in own:
                 blocks_under.setdefault(hash(loop.loop_var), []).append(block)

@@ -488,8 +488,8 @@ END_WAIT_STEPS: int | None = None
 # checked at the bounds line only (``thread_bounds``; before session 32, and the bench's +nothreadfactors).
 THREAD_FACTORS = True
 
-# [annotation keys] `ann` of MetaSchedule's keys at their place and target, no block or loop annotated again with a key it carries
-# (``grammar_line._annotate_rules``), and [move once] no block moved again by `at`/`rat` (``ScheduleState.block_moved``),
+# [annotation keys] `ann` of MetaSchedule's keys at their place and target, no block or loop annotated again with a key
+# it carries (``grammar_line._annotate_rules``), and [move once] no block moved again by `at`/`rat` (``ScheduleState.block_moved``),
 # on GPU targets (``grammar_line._gpu_once_rules``); False: the codec's `ann` and moves (before session 33, and the
 # bench's +noannmove).
 ANNOTATION_AND_MOVE_RULES = True
