@@ -529,6 +529,8 @@ def _knob(mode: str) -> tuple[str, Any]:
     arms without either: eager, the default).  +masksapart: a masked step asks its constraint processes for marks, then
     for masks (constraint_process.MASKS_WITH_MARKS False: before session 35; by default the masks come with the marks).
     +niceN: the constraint processes (and their TVM workers) at niceness N above the model's loop (PROCESS_NICE).
+    +keepN: the constraint processes (and their TVM workers) kept off the first N cores, left to the model's loop
+    (PROCESS_KEEP_CORES).
     +endworkersN: deferred end checks on N TVM workers side by side (END_CHECK_WORKERS; arms without it: one).
     +nobindfused: a `bind` right after a `fuse` may bind any free loop (BIND_FUSED False: before session 35).
     +byprompt: with constraint processes, a prompt's attempts all in one of them (SPREAD_ATTEMPTS False: before session
@@ -563,10 +565,12 @@ def _knob(mode: str) -> tuple[str, Any]:
         return "END_CHECK_WORKERS", int(mode[len("endworkers"):])
     if re.fullmatch(r"nice\d+", mode):
         return "PROCESS_NICE", int(mode[len("nice"):])
+    if re.fullmatch(r"keep\d+", mode):
+        return "PROCESS_KEEP_CORES", int(mode[len("keep"):])
     if re.fullmatch(r"row\d+", mode):
         return "ROW_ATTEMPTS", int(mode[len("row"):])
     raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, norefill, "
-                     "nothreadfactors, noannmove, nobindfused, byprompt, procprofile, nohalfbound, noouterbx, nointrinsics, shared, noshared, eager, lazy, masksapart, processN, niceN, endworkersN, rowN, waitN, "
+                     "nothreadfactors, noannmove, nobindfused, byprompt, procprofile, nohalfbound, noouterbx, nointrinsics, shared, noshared, eager, lazy, masksapart, processN, niceN, keepN, endworkersN, rowN, waitN, "
                      "retriesN, backN, shared_prefix)")
 
 

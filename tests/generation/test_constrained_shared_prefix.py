@@ -553,7 +553,9 @@ def test_the_constraint_processes_sample_what_the_thread_samples(setup, monkeypa
             # each child keeps to its share of the cores: the children and the model's loop split the host's
             for p in hook._processes:
                 assert p.request(("threads",)) == {"compile": process_cores(k), "torch": 1, "tvm": "1",
-                                                   "nice": os.nice(0), "tensor_intrinsics": False}
+                                                   "nice": os.nice(0), "cores": sorted(os.sched_getaffinity(0)),
+                                                   "worker_cores": sorted(os.sched_getaffinity(0)),
+                                                   "tensor_intrinsics": False}
             hook.close()
             assert not any(p.child.is_alive() for p in hook._processes)
             # each ended by itself when its pipe closed (not killed at _stop's time limit: exit code -9)
@@ -601,6 +603,32 @@ def test_constraint_processes_yield_the_cores_to_the_model_when_told(setup, monk
             assert proc.request(("threads",))["nice"] == os.nice(0) + nice
         finally:
             proc.close()
+
+
+def test_constraint_processes_keep_off_the_model_loops_cores_when_told(setup, monkeypatch):
+    """[keep cores] ``constrained.PROCESS_KEEP_CORES``: a child, and the TVM worker it starts, run on the parent's cores
+    but the first N (left to the model's loop); by default, and where N would leave it none, on all of them."""
+    import os
+
+    from little_dragon.generation import constrained
+    from little_dragon.generation.constraint_process import ConstraintProcess, child_cores
+
+    assert constrained.PROCESS_KEEP_CORES == 0
+    assert child_cores(2, {0, 1, 2, 3, 5}) == {2, 3, 5} and child_cores(1, {4, 7}) == {7}
+    assert child_cores(0, {0, 1}) is None and child_cores(2, {0, 1}) is None and child_cores(3, {0, 1}) is None
+    _, tok, _ = setup
+    mine = sorted(os.sched_getaffinity(0))
+    for keep in (0, 1):
+        monkeypatch.setattr(constrained, "PROCESS_KEEP_CORES", keep)
+        proc = ConstraintProcess(tok, semantic=True)
+        try:
+            proc.wait_ready()
+            got = proc.request(("threads",))
+            want = mine[keep:] if len(mine) > 1 else mine
+            assert got["cores"] == want and got["worker_cores"] == want, (keep, got)
+        finally:
+            proc.close()
+    assert sorted(os.sched_getaffinity(0)) == mine  # the parent's own cores untouched
 
 
 def test_the_constraint_process_names_its_failures_and_is_replaced_when_it_dies(setup):

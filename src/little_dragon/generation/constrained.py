@@ -463,6 +463,11 @@ PROCESSES: int = 0
 # path, takes a core first where the children and their workers outnumber the host's cores.  0: as the parent (the
 # default); the bench's +niceN.
 PROCESS_NICE: int = 0
+# [keep cores] the constraint processes (and their TVM workers, which inherit it) kept off the first N cores this
+# process may run on (``os.sched_setaffinity``), left to the model's loop: niceness orders a core's run queue, this keeps
+# the children off the loop's cores altogether (session 40's host: the model's own call 6-14 ms slower beside them).
+# 0: every core (the default); ignored where N leaves the children no core.  The bench's +keepN.
+PROCESS_KEEP_CORES: int = 0
 # [spread] with several constraint processes, each prompt's attempts are dealt out among them (``gcd(k, N)`` groups of a
 # prompt's k attempts, its group g to process g, later prompts' groups round robin after them) instead of prompt p to
 # process p % N.  A prompt's attempts start their lines, and reach `post *`, within a few steps of each other: dealt out

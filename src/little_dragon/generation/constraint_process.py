@@ -25,8 +25,9 @@ the ids below are its own:
 - ``("allows", ids, tokens, redraw)`` -> ``[bool]`` (``AttemptLogitsProcessor.allows``).
 - ``("masks", ids)`` -> ``[row]``: the rows of ``bitmask`` holding the masks of ``ids`` (computed ahead, or now).
 - ``("close",)`` -> ``None``: every end check settled.
-- ``("threads",)`` -> ``{"compile", "torch", "tvm", "nice"}``: the child's thread pools (``limit_threads``: its share of
-  the host's cores, ``process_cores``) and niceness (``constrained.PROCESS_NICE``).
+- ``("threads",)`` -> ``{"compile", "torch", "tvm", "nice", "cores", "tensor_intrinsics"[, "worker_cores"]}``: the child's
+  thread pools (``limit_threads``: its share of the host's cores, ``process_cores``), niceness
+  (``constrained.PROCESS_NICE``), the cores it may run on (``constrained.PROCESS_KEEP_CORES``) and its TVM worker's.
 - ``("results", texts, n)`` -> ``(pairs, counts)``: ``AttemptLogitsProcessor.results`` and the call's
   ``ConstraintStats`` as a dict (the parent adds it to its hook's).
 - Answers are ``("ok", value)`` or ``("error", traceback)``; the parent raises the latter as ``ConstraintProcessError``.
@@ -99,6 +100,15 @@ def process_cores(processes: int, cpus: int | None = None) -> int:
     import os
 
     return max(1, (cpus or os.cpu_count() or 1) // (processes + 1))
+
+
+def child_cores(keep: int, allowed: set[int] | None = None) -> set[int] | None:
+    """[keep cores] The cores a constraint process may run on: ``allowed`` (this process's, ``os.sched_getaffinity``)
+    but the first ``keep`` (the model's loop's); None where that leaves none, or ``keep`` is 0 (every core)."""
+    import os
+
+    cores = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+    return set(cores[keep:]) if 0 < keep < len(cores) else None
 
 
 def limit_threads(cores: int) -> None:
@@ -223,6 +233,11 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
             import os
 
             os.nice(constrained.PROCESS_NICE)
+        keep = child_cores(constrained.PROCESS_KEEP_CORES)
+        if keep is not None:  # before its TVM workers start: they inherit it
+            import os
+
+            os.sched_setaffinity(0, keep)
         if cores is not None:
             limit_threads(cores)
         hook = constrained.ConstrainedDecoding(tokenizer, semantic, line_retries, finish_back, processes=0,
@@ -297,7 +312,10 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
 
                 out = {"compile": constrained._workers(), "torch": torch.get_num_threads(),
                        "tvm": os.environ.get("TVM_NUM_THREADS"), "nice": os.nice(0),
+                       "cores": sorted(os.sched_getaffinity(0)),
                        "tensor_intrinsics": worker("lines").warm() if semantic else False}
+                if semantic:  # its TVM worker's cores (inherited)
+                    out["worker_cores"] = worker("lines").cores()
             elif op == "close":
                 out = proc.close() if proc is not None else None
             elif op == "results":

@@ -644,6 +644,12 @@ def _warm_task(tensor_intrinsics: bool = False) -> tuple:
     return ("ok", "tvm.s_tir.tensor_intrin" in sys.modules)
 
 
+def _cores_task() -> tuple:
+    import os
+
+    return ("ok", sorted(os.sched_getaffinity(0)))
+
+
 def _clear_task() -> tuple:
     _LIVE.data.clear()
     _CONTEXTS.clear()
@@ -733,6 +739,12 @@ class ScheduleWorker:
         with self.lock:
             out = self._pool().run(_warm_task, tensor_intrinsics, timeout=self.timeout_s)
         return bool(out.ok and out.value[1])
+
+    def cores(self) -> list[int]:
+        """The cores the worker's process may run on (inherited from its caller's: [keep cores])."""
+        with self.lock:
+            out = self._pool().run(_cores_task, timeout=self.timeout_s)
+        return list(out.value[1]) if out.ok else []
 
     def start(self, tensor_intrinsics: bool = False) -> None:
         """Begin starting the worker (``warm`` without waiting): its process and imports overlap the caller's work."""
