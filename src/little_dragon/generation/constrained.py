@@ -460,9 +460,12 @@ SAMPLE_FIRST: bool | None = None
 # process's ~67 ms of work a step, so the step is no faster (results/constrained-decoding.md); N > 1 is unmeasured there.
 PROCESSES: int = 0
 # the constraint processes' niceness (``os.nice``; their TVM workers inherit it): above 0 the model's loop, the critical
-# path, takes a core first where the children and their workers outnumber the host's cores.  0: as the parent (the
-# default); the bench's +niceN.
-PROCESS_NICE: int = 0
+# path, takes a core first where the children and their workers outnumber the host's cores.  10 since session 42: on its
+# H100 (16 x 8 attempts, the same draws) the model's call beside them stayed at free decoding's (27.3 and 31.3 ms
+# against 28.6 and 31.0) where at 0 it was 2.8-6.6 ms slower, a step 1.21-1.35x free's against 1.44-1.50x
+# (results/constrained-decoding.md "Session 42"; session 35's host B read 47.4 against 44.5 ms in calls apart).  0: as
+# the parent; the bench's +niceN.
+PROCESS_NICE: int = 10
 # [keep cores] the constraint processes (and their TVM workers, which inherit it) kept off the first N cores this
 # process may run on (``os.sched_setaffinity``), left to the model's loop: niceness orders a core's run queue, this keeps
 # the children off the loop's cores altogether (session 40's host: the model's own call 6-14 ms slower beside them).
