@@ -107,8 +107,10 @@ def child_cores(keep: int, allowed: set[int] | None = None) -> set[int] | None:
     but the first ``keep`` (the model's loop's); None where that leaves none, or ``keep`` is 0 (every core)."""
     import os
 
+    if keep <= 0 or (allowed is None and not hasattr(os, "sched_getaffinity")):  # Linux only
+        return None
     cores = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
-    return set(cores[keep:]) if 0 < keep < len(cores) else None
+    return set(cores[keep:]) if keep < len(cores) else None
 
 
 def limit_threads(cores: int) -> None:
@@ -312,7 +314,7 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
 
                 out = {"compile": constrained._workers(), "torch": torch.get_num_threads(),
                        "tvm": os.environ.get("TVM_NUM_THREADS"), "nice": os.nice(0),
-                       "cores": sorted(os.sched_getaffinity(0)),
+                       "cores": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
                        "tensor_intrinsics": worker("lines").warm() if semantic else False}
                 if semantic:  # its TVM worker's cores (inherited)
                     out["worker_cores"] = worker("lines").cores()

@@ -647,7 +647,7 @@ def _warm_task(tensor_intrinsics: bool = False) -> tuple:
 def _cores_task() -> tuple:
     import os
 
-    return ("ok", sorted(os.sched_getaffinity(0)))
+    return ("ok", sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None)
 
 
 def _clear_task() -> tuple:
@@ -740,11 +740,12 @@ class ScheduleWorker:
             out = self._pool().run(_warm_task, tensor_intrinsics, timeout=self.timeout_s)
         return bool(out.ok and out.value[1])
 
-    def cores(self) -> list[int]:
-        """The cores the worker's process may run on (inherited from its caller's: [keep cores])."""
+    def cores(self) -> list[int] | None:
+        """The cores the worker's process may run on (inherited from its caller's: [keep cores]); None where the
+        platform does not say (``os.sched_getaffinity`` is Linux's)."""
         with self.lock:
             out = self._pool().run(_cores_task, timeout=self.timeout_s)
-        return list(out.value[1]) if out.ok else []
+        return out.value[1] if out.ok else None
 
     def start(self, tensor_intrinsics: bool = False) -> None:
         """Begin starting the worker (``warm`` without waiting): its process and imports overlap the caller's work."""
