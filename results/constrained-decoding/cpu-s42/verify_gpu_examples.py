@@ -5,7 +5,8 @@ constrained arm of calls 3, 4 and 7: the same draws).  The arms store two exampl
 For each example: the validation prompt whose kernel it replays on, the verdict of `post *` on the H100's target, on
 that target with 1 GiB of shared memory a thread block, and the kernel's shared memory as VerifyGPUCode lowers it
 (cpu-s39's bisection), without and with the software pipeline's `ann lK stage/order/async` lines, VerifyGPUCode's
-other limits alone, and what [shared memory] (off by default) says at the pipeline's `order` line.  Output:
+other limits alone, what [shared memory] (off by default) says at the pipeline's `order` line, and `post *` without
+the pipeline's lines or with its `stage` line alone.  Output:
 verify_gpu_examples.txt."""
 import json
 import re
@@ -62,7 +63,7 @@ def main() -> None:
         wl, r, _ = found[0]
         t = json.loads(r["target"]) if isinstance(r["target"], str) else dict(r["target"])
         big = PostprocContext(wl.mod, tvm.target.Target({**t, "max_shared_memory_per_block": 1 << 30}))
-        print(f"script {j} ({len(s.splitlines())} lines, kernel {wl.name if hasattr(wl, 'name') else '?'}): "
+        print(f"script {j} ({len(s.splitlines())} lines, kernel {wl.key[0]:#x}): "
               f"{[x for x in s.splitlines() if x.startswith('tile ')]}")
         print("  post * (H100 target):", finish_check(wl.mod, wl.post_context, s + "post *\n", None)[:160])
         print("  post * (1 GiB shared):", repr(finish_check(wl.mod, big, s + "post *\n", None)[:160]))
@@ -73,6 +74,12 @@ def main() -> None:
         sch = replay(wl.mod, codec.decode("".join(lines[:at + 1]), codec.SyntaxOnlyContext()))
         print(f"  [shared memory] at line {at + 1} `{lines[at].strip()}`: "
               f"{shared_memory_over(sch.sch.mod, tvm.target.Target(t))}")
+        # what a retry that kept the tiling would need to take back: `post *` without the pipeline's lines, and with its
+        # `stage` line kept
+        for label, drop in (("without its stage, order and async lines", PIPELINE),
+                            ("with its stage line only (order and async dropped)", re.compile(r"ann l\d+ (order|async) "))):
+            kept = "".join(x for x in s.splitlines(keepends=True) if not drop.match(x)) + "post *\n"
+            print(f"  post * {label}: {finish_check(wl.mod, wl.post_context, kept, None)[:110]!r}")
         for label, text in (("without the pipeline lines", "".join(x + "\n" for x in s.splitlines()
                                                                     if not PIPELINE.match(x + " "))),
                             ("as written", s)):
