@@ -544,7 +544,8 @@ def _knob(mode: str) -> tuple[str, Any]:
     session 39).  +nointrinsics: the TVM workers register the tensor intrinsics at the first line that needs them, not
     when they start (TENSOR_INTRINSICS_AT_START False: before session 39).  +shared / +noshared: a software pipeline
     over the target's shared memory refused at its `order` line, or found at `post *` only
-    (schedule_worker.SHARED_MEMORY_RULE True / False; True in session 39, False by default since session 40)."""
+    (schedule_worker.SHARED_MEMORY_RULE True / False; True in session 39, False by default since session 40).
+    +droppipe (with +shared): a pipeline over the shared memory taken back alone, the tiling kept (DROP_PIPELINE)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),
@@ -554,7 +555,8 @@ def _knob(mode: str) -> tuple[str, Any]:
              "nobindfused": ("BIND_FUSED", False), "byprompt": ("SPREAD_ATTEMPTS", False),
              "procprofile": ("PROFILE_PROCESSES", True), "nohalfbound": ("HALF_BOUND_RULE", False),
              "noouterbx": ("OUTERMOST_BLOCK_IDX", False), "nointrinsics": ("TENSOR_INTRINSICS_AT_START", False),
-             "shared": ("SHARED_MEMORY_RULE", True), "noshared": ("SHARED_MEMORY_RULE", False)}
+             "shared": ("SHARED_MEMORY_RULE", True), "noshared": ("SHARED_MEMORY_RULE", False),
+             "droppipe": ("DROP_PIPELINE", True)}
     if mode in fixed:
         return fixed[mode]
     if re.fullmatch(r"process\d*", mode):
@@ -570,7 +572,7 @@ def _knob(mode: str) -> tuple[str, Any]:
     if re.fullmatch(r"row\d+", mode):
         return "ROW_ATTEMPTS", int(mode[len("row"):])
     raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, norefill, "
-                     "nothreadfactors, noannmove, nobindfused, byprompt, procprofile, nohalfbound, noouterbx, nointrinsics, shared, noshared, eager, lazy, masksapart, processN, niceN, keepN, endworkersN, rowN, waitN, "
+                     "nothreadfactors, noannmove, nobindfused, byprompt, procprofile, nohalfbound, noouterbx, nointrinsics, shared, noshared, droppipe, eager, lazy, masksapart, processN, niceN, keepN, endworkersN, rowN, waitN, "
                      "retriesN, backN, shared_prefix)")
 
 

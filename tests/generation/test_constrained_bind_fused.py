@@ -54,6 +54,7 @@ def test_the_rule_in_the_line_grammar():
         loops = {0: 64, 1: 32, 2: 16}
         loop_iters = {0: "S", 1: "S", 2: "R"}
         loop_mixed: frozenset = frozenset()
+        loop_unpipelined: frozenset = frozenset()
         loop_nested_axes: dict = {}
         loop_bound: set = set()
         loop_top: frozenset = frozenset()

@@ -157,3 +157,63 @@ def test_off_by_default_the_end_check_still_refuses(engine, smollm2, record):
     [(reason, [example])] = [(r, e) for r, e in c.stats.retry_examples.items() if r.startswith("post:")]
     assert "VerifyGPUCode" in reason, reason
     assert example.startswith("\n".join([*over[:first_tile], "~~~ taken back:", *over[first_tile:-1]])), example
+
+
+def _go_on(c, engine, tok, text: str):
+    """Feed ``text`` on to the constraint ``c`` token by token, each checked against its mask (the engine first drops
+    the tokens ``c`` took back, as ``shared_prefix`` does): None when every token was allowed, else the index refused."""
+    from little_dragon.generation.constrained import allocate_bitmask
+
+    c.take_back = 0
+    bits = allocate_bitmask(1, engine.vocab_size)
+    for i, t in enumerate(tok(text, add_special_tokens=False)["input_ids"]):
+        c.fill_mask(bits, 0)
+        if not (int(bits[0, t // 32]) >> (t % 32)) & 1:
+            return i
+        c.advance(t)
+    return None
+
+
+def test_drop_pipeline_takes_back_the_pipeline_and_keeps_the_tiling(engine, smollm2, record, rule_on, monkeypatch):
+    """[drop pipeline] (``constrained.DROP_PIPELINE``, off by default; with [shared memory] on): token by token, the
+    over-limit attempt is taken back at its `order` line to its `stage` line only -- one retry, the tiling and the
+    caches kept, two lines' tokens dropped instead of ~30 -- and from there that loop takes no pipeline key again in any
+    spelling (TVM would apply one: the rule is the attempt's own), while another loop still may; the record's lines
+    after its pipeline then go through token by token to `post *`, and that script passes the end check."""
+    from little_dragon.generation import constrained
+    from little_dragon.generation.grammar_line import key_forms
+
+    mod, target, wl, lines = record
+    over = _with_tiles(lines, OVER)
+    at = over.index(STAGE)
+    kept = "".join(x + "\n" for x in over[:at])
+    assert constrained.DROP_PIPELINE is False
+    monkeypatch.setattr(constrained, "DROP_PIPELINE", True)
+
+    def dropped():
+        ids = smollm2(_through(over, ORDER), add_special_tokens=False)["input_ids"]
+        refused, c = feed_constraint(engine, wl, smollm2, _through(over, ORDER), retries=2)
+        assert refused is None and not c.dead, (refused, c.error)
+        assert c.retried == 1 and c.stats.pipelines_dropped == 1 and c.text == kept, (c.retried, c.text[-200:])
+        assert c.take_back == len(ids) - c.n_tokens == len(smollm2(STAGE + "\n" + ORDER + "\n",
+                                                                  add_special_tokens=False)["input_ids"])
+        assert [r for r in c.stats.retry_reasons if r.startswith("shared: shared memory:")], c.stats.retry_reasons
+        assert c.unpipelined == {33} and c.state.loop_unpipelined == frozenset({33}) and c.at_line_start()
+        return c
+
+    for key in ("software_pipeline_stage", "software_pipeline_order", "software_pipeline_async_stages"):
+        for form in key_forms(key):
+            line = f"ann l33 {form} [0 0 2]\n"
+            assert _go_on(dropped(), engine, smollm2, line) is not None, line
+            assert tvm_accepts(mod, kept + line), line
+    other = max(set(dropped().state.loops) - {33})
+    assert _go_on(dropped(), engine, smollm2, f"ann l{other} stage [0 0 2]\n") is None
+    rest = [ln for ln in over[at:] if not ln.startswith("ann l33 ")]
+    assert rest[-1] == "post *", rest
+    c = dropped()
+    assert _go_on(c, engine, smollm2, "".join(x + "\n" for x in rest)) is None, c.error
+    assert not c.dead and c.finished and c.retried == 1, (c.dead, c.error)
+    assert not end_check(mod, kept + "".join(x + "\n" for x in rest), target)
+    # off, the same attempt goes back to its tiling (``test_the_attempt_goes_back_to_its_tiling``)
+    monkeypatch.setattr(constrained, "DROP_PIPELINE", False)
+    assert feed_constraint(engine, wl, smollm2, _through(over, ORDER), retries=2)[1].text != kept

@@ -62,6 +62,10 @@ class ScheduleState:
     # value for all of them, the others left unwritten (session 41's sealed wrong result: `fuse` of pool_sum's channel
     # and window loops bound to threadIdx.y); MetaSchedule fuses data-parallel loops only before a bind
     loop_mixed: frozenset[int] = frozenset()
+    # [drop pipeline] loops whose software pipeline the attempt took back for the shared memory it needs
+    # (``constrained.DROP_PIPELINE``): not the schedule's, the attempt's own (``ScriptConstraint._state``); their pipeline
+    # keys are masked (``grammar_line._annotate_loop_rules``)
+    loop_unpipelined: frozenset[int] = frozenset()
     # live loop -> the live loop variables naming its only child loop (its body is that loop): what `fuse` may
     # join it with (TVM's Fuse: each loop the parent of the next, its body exactly that loop)
     loop_child: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)

@@ -70,7 +70,7 @@ from little_dragon.generation.grammar_line import (line_grammar, line_kinds, reo
                                                   tiling_threads)
 from little_dragon.generation.schedule_worker import _LIVE, LRU, TVMCrashed, TVMTimedOut, finish_check, post_section, prefix_facts
 from little_dragon.generation.schedule_worker import worker as tvm_worker
-from little_dragon.generation.shared_memory import SHARED_MEMORY
+from little_dragon.generation.shared_memory import SHARED_MEMORY, pipeline_loop
 from little_dragon.generation.thread_bounds import THREAD_BOUNDS
 from little_dragon.tvmx.postprocs import POSTPROC_MARKER
 
@@ -168,6 +168,7 @@ class ConstraintStats:
     check_s: float = 0.0           # time checking sampled tokens (kind grammars compiled on demand included)
     line_retries: int = 0          # lines TVM refused that were drawn again in their attempt (``line_retries``)
     retried_tokens: int = 0        # the tokens those lines had (taken back from their attempts)
+    pipelines_dropped: int = 0     # [drop pipeline] retries that took back a loop's pipeline only (``DROP_PIPELINE``)
     post_derived: int = 0          # explicit post sections that went astray, finished by `post *` (``_post_line``)
     finished_earlier: int = 0      # attempts ended at an earlier line the post-processors finish (``finish_back``)
     finished_earlier_lines: int = 0  # the lines they dropped (a refused line included)
@@ -471,6 +472,14 @@ PROCESS_NICE: int = 10
 # the children off the loop's cores altogether (session 40's host: the model's own call 6-14 ms slower beside them).
 # 0: every core (the default); ignored where N leaves the children no core.  The bench's +keepN.
 PROCESS_KEEP_CORES: int = 0
+# [drop pipeline] where [shared memory] (``schedule_worker.SHARED_MEMORY_RULE``) refuses the line that completes a loop's
+# software pipeline, the attempt takes back that pipeline's lines and goes on without one on that loop
+# (``ScriptConstraint._drop_pipeline``; a retry) instead of going back to its tiling's first `tile` line and drawing
+# ~30 lines again: session 42's H100 A/B spent 45 of 91 retries on VerifyGPUCode at `post *`, both stored examples the
+# pipeline's three stages tripling 16,640 bytes of shared memory to 49,920, and each script without its pipeline
+# lines passes (results/constrained-decoding.md, "Session 42").  Off by default (unmeasured on a device, and the rule it
+# needs is off); the bench's +droppipe (with +shared).
+DROP_PIPELINE: bool = False
 # [spread] with several constraint processes, each prompt's attempts are dealt out among them (``gcd(k, N)`` groups of a
 # prompt's k attempts, its group g to process g, later prompts' groups round robin after them) instead of prompt p to
 # process p % N.  A prompt's attempts start their lines, and reach `post *`, within a few steps of each other: dealt out
@@ -940,6 +949,7 @@ class ScriptConstraint:
         self.n_tokens = 0
         self._starts: list[_Start] = []
         self.refused: set[bytes] = set()   # lines TVM refused at this line's start: never completed again here
+        self.unpipelined: set[int] = set()  # [drop pipeline] loops whose pipeline this attempt took back (``_drop_pipeline``)
         # an attempt that stops short of a finished kernel (a line or its end refused, retries spent; cut at the token
         # budget) ends at the longest prefix of its checked lines, at most this many lines shorter, that the target's
         # post-processors finish (``script``; 0: a dead attempt keeps its refused line, a cut one is finished at its
@@ -1020,6 +1030,8 @@ class ScriptConstraint:
                 # once its pipeline is annotated: the end check's verdict, known now (``thread_bounds``,
                 # ``shared_memory``), so back to the tiling as at `post *`
                 end = "threads" if THREAD_BOUNDS in str(e) else "shared" if SHARED_MEMORY in str(e) else ""
+                if end == "shared" and DROP_PIPELINE and self._drop_pipeline(_last_message(e)):
+                    return
                 if not (self._retry_end(_last_message(e), end) if end else self._retry(e)):
                     self._kill("apply", e)
                 return
@@ -1080,6 +1092,33 @@ class ScriptConstraint:
         if to <= 0:
             return False
         self._go_back(to, f"{label}: {why}")
+        return True
+
+    def _drop_pipeline(self, why: str) -> bool:
+        """[drop pipeline] The kernel's shared memory is over the target's limit once the line just written completed a
+        loop's software pipeline (``shared_memory``): take back that loop's pipeline lines, from the first of them, and
+        mask its pipeline keys for the rest of the attempt, if it has retries left; the tiling stays.  The pipeline's
+        stages are what is over (TVM keeps a version of each cached buffer per stage), and a stage without its order
+        does not lower (InjectSoftwarePipeline: "Order of the software pipeline is not defined"), so both go.  Whether
+        the attempt went back so."""
+        if self.retried >= self.line_retries:
+            return False
+        lines = self.text.split("\n")[:-1]
+        loop = pipeline_loop(lines[-1]) if lines else None
+        if loop is None:
+            return False
+        first = next((k for k, ln in enumerate(lines) if pipeline_loop(ln) == loop), None)
+        if not first or first >= len(self._starts):
+            return False
+        self.unpipelined.add(loop)
+        self._go_back(first, f"shared: {why}")
+        self.stats.pipelines_dropped += 1
+        # the line gone back to is drawn from a grammar without that loop's pipeline (its start kept the old one)
+        self.state = self._state()
+        grammar = self._grammar(False)
+        self._starts[-1] = dataclasses.replace(self._starts[-1], state=self.state, grammar=grammar,
+                                               order=self._line_order)
+        self._begin_line(grammar)
         return True
 
     def _go_back(self, k: int, why: str) -> None:
@@ -1151,6 +1190,8 @@ class ScriptConstraint:
             hit = dataclasses.replace(hit, half_bound="")
         if not OUTERMOST_BLOCK_IDX and hit.loop_top:
             hit = dataclasses.replace(hit, loop_top=frozenset())
+        if self.unpipelined:  # [drop pipeline] this attempt's own: not the prefix's (cached for every attempt)
+            hit = dataclasses.replace(hit, loop_unpipelined=frozenset(self.unpipelined))
         if not ANNOTATION_AND_MOVE_RULES:
             return dataclasses.replace(hit, any_annotation=True)
         return hit

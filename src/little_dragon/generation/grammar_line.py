@@ -514,14 +514,20 @@ def _annotate_rules(state: ScheduleState) -> list[str]:
     return out + rules
 
 
+# a loop's software pipeline (TVM's InjectSoftwarePipeline keys): masked on the loops of [drop pipeline]
+PIPELINE_KEYS = frozenset({"software_pipeline_stage", "software_pipeline_order", "software_pipeline_async_stages"})
+
+
 def _annotate_loop_rules(state: ScheduleState) -> tuple[list[str], list[str]]:
     """[annotation keys] on loops: ``ann <loop> <key> <value>`` with a loop key the loop does not carry yet (the
     alternatives of ``annto`` and their rules).  Until a loop carries one, every live loop takes them all: `LREF` itself
     (a second list of every loop costs each line's compile, and only the lines after a pipeline's `ann` pay it then).
     Session 40's sealed run had an attempt write `ann l6 order [0 1 2]` four times (TVM overwrites it); no (loop, key)
-    of the H200 harvest's 11,538 `Annotate` instructions is annotated twice."""
+    of the H200 harvest's 11,538 `Annotate` instructions is annotated twice.  [drop pipeline]: a loop whose pipeline the
+    attempt took back (``ScheduleState.loop_unpipelined``) takes none of ``PIPELINE_KEYS`` again."""
     loop_keys = keys_at("loop", state.cpu)
-    carried = {k: state.annotations.get(f"l{k}", frozenset()) for k in sorted(state.loops)}
+    carried = {k: state.annotations.get(f"l{k}", frozenset()) | (PIPELINE_KEYS if k in state.loop_unpipelined
+                                                                  else frozenset()) for k in sorted(state.loops)}
     if not any(key in keys for keys in carried.values() for key in loop_keys):
         return (["LREF ANNKEYL"], [f"ANNKEYL: {_key_terminal(loop_keys)}"]) if state.loops else ([], [])
     groups: dict[tuple[str, ...], list[str]] = {}
@@ -908,7 +914,7 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.n_children.items())), tuple(sorted(state.n_producers.items())),
             tuple(sorted(state.n_consumers.items())), tuple(sorted(state.n_reads.items())),
             tuple(sorted(state.n_writes.items())), tuple(sorted(state.loop_iters.items())),
-            tuple(sorted(state.loop_mixed)),
+            tuple(sorted(state.loop_mixed)), tuple(sorted(state.loop_unpipelined)),
             tuple(sorted(state.loop_child.items())), tuple(sorted(state.loop_pinned)), tuple(sorted(state.loop_bound)),
             tuple(sorted(state.lookup_run)), tuple(sorted(state.loop_tiled)), tuple(sorted(state.block_relaid)),
             tuple(sorted(state.block_moved)), state.any_annotation,

@@ -21,7 +21,9 @@ token by token: ``benchmarks/constrained_bench.py --harvest``).
 
 Off by default since session 40 (``schedule_worker.SHARED_MEMORY_RULE``): measured on an H100, it refused 4 of 96
 retries at `order` instead of `post *` (three lines earlier), while its check in the step that ends each pipeline line
-cost more than that saved (results/constrained-decoding.md, "Session 40")."""
+cost more than that saved (results/constrained-decoding.md, "Session 40").  With it, [drop pipeline]
+(``constrained.DROP_PIPELINE``, off by default) takes back the refused pipeline alone and keeps the tiling
+(``pipeline_loop`` names the loop a pipeline line annotates)."""
 from __future__ import annotations
 
 from typing import Any
@@ -32,6 +34,19 @@ from little_dragon.codec.kinds import KEY_ABBREV
 SHARED_MEMORY = "shared memory:"
 _PIPELINE = ("software_pipeline_stage", "software_pipeline_order")
 PIPELINE_KEYS = (*_PIPELINE, *(KEY_ABBREV[k] for k in _PIPELINE))  # the keys as the codec may write them
+
+
+_LOOP_PIPELINE = ("software_pipeline_stage", "software_pipeline_order", "software_pipeline_async_stages")
+LOOP_PIPELINE_KEYS = (*_LOOP_PIPELINE, *(KEY_ABBREV[k] for k in _LOOP_PIPELINE))
+
+
+def pipeline_loop(line: str) -> int | None:
+    """The loop (script index) whose software pipeline ``line`` annotates (`ann lK stage|order|async ..`), else None."""
+    words = line.split()
+    if len(words) >= 3 and words[0] == "ann" and words[1][:1] == "l" and words[1][1:].isdigit() \
+            and words[2].strip('"') in LOOP_PIPELINE_KEYS:
+        return int(words[1][1:])
+    return None
 
 
 def gives_pipeline(line: str) -> bool:
