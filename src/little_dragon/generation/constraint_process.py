@@ -105,12 +105,10 @@ def process_cores(processes: int, cpus: int | None = None) -> int:
 def child_cores(keep: int, allowed: set[int] | None = None) -> set[int] | None:
     """[keep cores] The cores a constraint process may run on: ``allowed`` (this process's, ``os.sched_getaffinity``)
     but the first ``keep`` (the model's loop's); None where that leaves none, or ``keep`` is 0 (every core)."""
-    import os
+    from little_dragon.generation.schedule_worker import own_cores
 
-    if keep <= 0 or (allowed is None and not hasattr(os, "sched_getaffinity")):  # Linux only
-        return None
-    cores = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
-    return set(cores[keep:]) if keep < len(cores) else None
+    cores = sorted(allowed) if allowed is not None else own_cores() if keep > 0 else None
+    return set(cores[keep:]) if cores is not None and 0 < keep < len(cores) else None
 
 
 def limit_threads(cores: int) -> None:
@@ -231,14 +229,12 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
 
         _apply_knobs(knobs)
         constrained.PROCESSES = 0
-        if constrained.PROCESS_NICE:
-            import os
+        import os
 
+        if constrained.PROCESS_NICE:
             os.nice(constrained.PROCESS_NICE)
         keep = child_cores(constrained.PROCESS_KEEP_CORES)
         if keep is not None:  # before its TVM workers start: they inherit it
-            import os
-
             os.sched_setaffinity(0, keep)
         if cores is not None:
             limit_threads(cores)
@@ -310,11 +306,11 @@ def _serve(conn: Any, tokenizer: Any, semantic: bool, line_retries: int, finish_
 
                 import torch
 
-                from little_dragon.generation.schedule_worker import worker
+                from little_dragon.generation.schedule_worker import own_cores, worker
 
                 out = {"compile": constrained._workers(), "torch": torch.get_num_threads(),
                        "tvm": os.environ.get("TVM_NUM_THREADS"), "nice": os.nice(0),
-                       "cores": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+                       "cores": own_cores(),
                        "tensor_intrinsics": worker("lines").warm() if semantic else False}
                 if semantic:  # its TVM worker's cores (inherited)
                     out["worker_cores"] = worker("lines").cores()

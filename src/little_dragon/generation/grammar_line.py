@@ -55,6 +55,7 @@ from typing import Any
 from little_dragon.codec.kinds import (CANDIDATES, INTRIN_ABBREV, INTRIN_FULL, KEY_ABBREV, KEY_FULL, MS_KEY_PREFIX,
                                        TENSOR_INTRINSICS, THREAD_FULL)
 from little_dragon.generation.constrain_state import ScheduleState
+from little_dragon.generation.shared_memory import LOOP_PIPELINE
 
 NEVER = r"/[^\s\S]/"  # a terminal that matches nothing (no such variable exists yet)
 MAX_LISTED_CANDIDATES = 16   # cat lists longer than this keep the generic decision rule (MetaSchedule's: <= 8)
@@ -514,8 +515,7 @@ def _annotate_rules(state: ScheduleState) -> list[str]:
     return out + rules
 
 
-# a loop's software pipeline (TVM's InjectSoftwarePipeline keys): masked on the loops of [drop pipeline]
-PIPELINE_KEYS = frozenset({"software_pipeline_stage", "software_pipeline_order", "software_pipeline_async_stages"})
+_UNPIPELINED = frozenset(LOOP_PIPELINE)  # [drop pipeline] the keys a dropped loop carries, as the mask sees it
 
 
 def _annotate_loop_rules(state: ScheduleState) -> tuple[list[str], list[str]]:
@@ -524,9 +524,9 @@ def _annotate_loop_rules(state: ScheduleState) -> tuple[list[str], list[str]]:
     (a second list of every loop costs each line's compile, and only the lines after a pipeline's `ann` pay it then).
     Session 40's sealed run had an attempt write `ann l6 order [0 1 2]` four times (TVM overwrites it); no (loop, key)
     of the H200 harvest's 11,538 `Annotate` instructions is annotated twice.  [drop pipeline]: a loop whose pipeline the
-    attempt took back (``ScheduleState.loop_unpipelined``) takes none of ``PIPELINE_KEYS`` again."""
+    attempt took back (``ScheduleState.loop_unpipelined``) takes none of ``shared_memory.LOOP_PIPELINE`` again."""
     loop_keys = keys_at("loop", state.cpu)
-    carried = {k: state.annotations.get(f"l{k}", frozenset()) | (PIPELINE_KEYS if k in state.loop_unpipelined
+    carried = {k: state.annotations.get(f"l{k}", frozenset()) | (_UNPIPELINED if k in state.loop_unpipelined
                                                                   else frozenset()) for k in sorted(state.loops)}
     if not any(key in keys for keys in carried.values() for key in loop_keys):
         return (["LREF ANNKEYL"], [f"ANNKEYL: {_key_terminal(loop_keys)}"]) if state.loops else ([], [])

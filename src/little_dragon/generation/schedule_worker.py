@@ -644,10 +644,16 @@ def _warm_task(tensor_intrinsics: bool = False) -> tuple:
     return ("ok", "tvm.s_tir.tensor_intrin" in sys.modules)
 
 
-def _cores_task() -> tuple:
+def own_cores() -> list[int] | None:
+    """The cores this process may run on ([keep cores]); None where the platform does not say (``os.sched_getaffinity``
+    is Linux's)."""
     import os
 
-    return ("ok", sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None)
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+
+
+def _cores_task() -> tuple:
+    return ("ok", own_cores())
 
 
 def _clear_task() -> tuple:

@@ -36,8 +36,9 @@ _PIPELINE = ("software_pipeline_stage", "software_pipeline_order")
 PIPELINE_KEYS = (*_PIPELINE, *(KEY_ABBREV[k] for k in _PIPELINE))  # the keys as the codec may write them
 
 
-_LOOP_PIPELINE = ("software_pipeline_stage", "software_pipeline_order", "software_pipeline_async_stages")
-LOOP_PIPELINE_KEYS = (*_LOOP_PIPELINE, *(KEY_ABBREV[k] for k in _LOOP_PIPELINE))
+# every key of a loop's software pipeline (TVM's names; [drop pipeline] takes them all back and masks them)
+LOOP_PIPELINE = (*_PIPELINE, "software_pipeline_async_stages")
+LOOP_PIPELINE_KEYS = (*LOOP_PIPELINE, *(KEY_ABBREV[k] for k in LOOP_PIPELINE))  # as the codec may write them
 
 
 def pipeline_loop(line: str) -> int | None:
