@@ -477,8 +477,10 @@ PROCESS_KEEP_CORES: int = 0
 # (``ScriptConstraint._drop_pipeline``; a retry) instead of going back to its tiling's first `tile` line and drawing
 # ~30 lines again: session 42's H100 A/B spent 45 of 91 retries on VerifyGPUCode at `post *`, both stored examples the
 # pipeline's three stages tripling 16,640 bytes of shared memory to 49,920, and each script without its pipeline
-# lines passes (results/constrained-decoding.md, "Session 42").  Off by default (unmeasured on a device, and the rule it
-# needs is off); the bench's +droppipe (with +shared).
+# lines passes (results/constrained-decoding.md, "Session 42").  Off by default: on session 43's H100 A/B it dropped 2
+# pipelines a run, [shared memory] (which it needs) refused 2 lines of 66-86 retries and its arms stepped 1.27-1.48x
+# free against the default's 1.17x; most `post *` refusals there were not the pipeline's ("Session 43").  The bench's
+# +droppipe (with +shared).
 DROP_PIPELINE: bool = False
 # [spread] with several constraint processes, each prompt's attempts are dealt out among them (``gcd(k, N)`` groups of a
 # prompt's k attempts, its group g to process g, later prompts' groups round robin after them) instead of prompt p to
