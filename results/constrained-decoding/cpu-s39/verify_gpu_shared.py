@@ -23,8 +23,8 @@ from little_dragon.generation.schedule_worker import finish_check  # noqa: E402
 
 def lowered(func, target):
     """VerifyGPUCode's pass list (``src/s_tir/meta_schedule/postproc/verify_gpu_code.cc``) on one function: the
-    constraint's own since ea3ffbf."""
-    from little_dragon.generation.shared_memory import _lowered
+    constraint's own since ea3ffbf (``tvmx.verify_gpu.lowered`` since session 43)."""
+    from little_dragon.tvmx.verify_gpu import lowered as _lowered
 
     return _lowered(func, target)
 

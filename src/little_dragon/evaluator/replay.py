@@ -1,7 +1,9 @@
 """Apply a script's trace to its workload exactly as MetaSchedule tuning builds a candidate.
 
 1. Replay the sampled part (before ``EnterPostproc``) on a fresh schedule of the workload.
-2. ``enter_postproc()`` and the target's post-processors once, in order (``tvmx.postprocs``).
+2. ``enter_postproc()`` and the target's post-processors once, in order (``tvmx.postprocs``); a VerifyGPUCode
+   refusal (``verify_error``) names its cause and numbers: shared memory, threads, a thread extent outside a block's
+   bounds, a lowering error (``tvmx.verify_gpu``).
 3. A script that wrote its post-processing section out must have written exactly what step 2 produced;
    the first differing instruction is reported with its script line.
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from little_dragon.codec.kinds import KEY_ABBREV
+from little_dragon.tvmx.verify_gpu import least_limit, lowered  # VerifyGPUCode's lowering, its limits bisected
 
 # the refusal's message starts with this (it crosses the TVM worker's process boundary as text)
 SHARED_MEMORY = "shared memory:"
@@ -56,23 +57,6 @@ def gives_pipeline(line: str) -> bool:
     return len(words) >= 3 and words[0] == "ann" and words[1].startswith("l") and words[2].strip('"') in PIPELINE_KEYS
 
 
-def _lowered(func: Any, target: Any) -> Any:
-    """VerifyGPUCode's lowering of one function (``src/s_tir/meta_schedule/postproc/verify_gpu_code.cc``, TVM 0.27)."""
-    import tvm
-    import tvm.s_tir.transform as st
-    import tvm.tirx.transform as tt
-
-    passes = [st.LowerCrossThreadReduction(), st.LowerInitBlock(), st.PlanAndUpdateBufferAllocationLocation(),
-              st.ConvertBlocksToOpaque(), st.LiftThreadBinding(), st.ManifestSharedMemoryLocalStage(),
-              st.CompactBufferAllocation(), tt.StmtSimplify(), st.LowerAutoCopy(), st.UnifyThreadBinding(),
-              st.LowerMatchBuffer(), st.InjectSoftwarePipeline(), st.LowerOpaqueBlock(), tt.FlattenBuffer(),
-              tt.BF16ComputeLegalize(), tt.NarrowDataType(32), tt.StmtSimplify(), tt.VectorizeLoop(True),
-              st.InjectVirtualThread(), st.InjectDoubleBuffer(), tt.StorageRewrite(),
-              st.MergeSharedMemoryAllocations(), tt.LowerIntrin()]
-    f = func.with_attr("global_symbol", "main").with_attr("target", target).with_attr("tirx.noalias", True)
-    return tvm.transform.Sequential(passes)(tvm.IRModule({"main": f}))["main"]
-
-
 def shared_memory_over(mod: Any, target: Any) -> tuple[str, int, int] | None:
     """The first function of ``mod`` whose shared memory, lowered as VerifyGPUCode lowers it, is over ``target``'s
     ``max_shared_memory_per_block``: (function name, bytes, limit).  None when every one fits, when the target names
@@ -88,15 +72,11 @@ def shared_memory_over(mod: Any, target: Any) -> tuple[str, int, int] | None:
         if not isinstance(func, tirx.PrimFunc):
             continue
         try:
-            low = _lowered(func, target)
+            low = lowered(func, target)
         except Exception:  # noqa: BLE001 - not lowerable as it stands (a pipeline's stage without its order): no verdict
             continue
         if not verify_gpu_code(low, {"max_shared_memory_per_block": limit}):
-            lo, hi = limit + 1, 1 << 30  # the least limit it fits (for the message)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                lo, hi = (lo, mid) if verify_gpu_code(low, {"max_shared_memory_per_block": mid}) else (mid + 1, hi)
-            return (str(gv.name_hint), lo, limit)
+            return (str(gv.name_hint), least_limit(low, "max_shared_memory_per_block", limit), limit)
     return None
 
 

@@ -19,10 +19,11 @@ the block (or moved it) after them, could still pass VerifyGPUCode, and is refus
 do either (every harvested record is accepted token by token: ``benchmarks/constrained_bench.py --harvest``)."""
 from __future__ import annotations
 
-from typing import Any
+# the checker is VerifyGPUCode's own, mirrored where its refusals are explained (``tvmx.verify_gpu``)
+from little_dragon.tvmx.verify_gpu import threads_outside_bounds
 
-LOW, HIGH = "meta_schedule.thread_extent_low_inclusive", "meta_schedule.thread_extent_high_inclusive"
-WARP_EXECUTION = "warp_execution"
+__all__ = ["THREAD_BOUNDS", "gives_thread_bounds", "thread_bounds_message", "threads_outside_bounds"]
+
 BOUND_NAMES = ("minthreads", "maxthreads")  # the codec's names of LOW and HIGH (``codec.kinds``)
 # the refusal's message starts with this (it crosses the TVM worker's process boundary as text)
 THREAD_BOUNDS = "thread bounds:"
@@ -32,60 +33,6 @@ def gives_thread_bounds(line: str) -> bool:
     """Whether ``line`` annotates a block with one of the thread bounds (`ann bK minthreads N`)."""
     words = line.split()
     return len(words) >= 3 and words[0] == "ann" and words[2] in BOUND_NAMES
-
-
-def threads_outside_bounds(mod: Any, warp_size: int = 32) -> tuple[str, int, int, int] | None:
-    """The first block of ``mod`` annotated with both thread bounds whose threads per thread block lie outside them:
-    (block name, threads, low, high), as VerifyGPUCode's ThreadExtentChecker counts them (the innermost loop bound to
-    each ``threadIdx`` axis above the block; ``threadIdx.x`` is ``warp_size`` inside a ``warp_execution`` block; a
-    loop of unknown extent counts as outside).  None when every such block is within its bounds."""
-    from tvm import tirx
-    from tvm.s_tir import SBlockRealize
-
-    def walk(stmt: Any, xyz: tuple[int, int, int]) -> tuple[str, int, int, int] | None:
-        if isinstance(stmt, tirx.For):
-            tag = stmt.thread_binding.thread_tag if stmt.thread_binding is not None else ""
-            if tag.startswith("threadIdx."):
-                ext = stmt.extent
-                if not isinstance(ext, tirx.IntImm):
-                    return ("(a loop of unknown extent)", -1, -1, -1)
-                dim = "xyz".index(tag[-1])
-                xyz = tuple(int(ext.value) if i == dim else v for i, v in enumerate(xyz))  # type: ignore[assignment]
-            return walk(stmt.body, xyz)
-        if isinstance(stmt, SBlockRealize):
-            block = stmt.block
-            ann = block.annotations
-            if WARP_EXECUTION in ann:
-                xyz = (warp_size, xyz[1], xyz[2])
-            if LOW in ann and HIGH in ann:
-                low, high, threads = int(ann[LOW]), int(ann[HIGH]), xyz[0] * xyz[1] * xyz[2]
-                if not low <= threads <= high:
-                    return (str(block.name_hint), threads, low, high)
-            for child in ([block.init] if block.init is not None else []) + [block.body]:
-                hit = walk(child, xyz)
-                if hit:
-                    return hit
-            return None
-        if isinstance(stmt, tirx.SeqStmt):
-            for s in stmt.seq:
-                hit = walk(s, xyz)
-                if hit:
-                    return hit
-            return None
-        for attr in ("body", "then_case", "else_case"):
-            child = getattr(stmt, attr, None)
-            if child is not None:
-                hit = walk(child, xyz)
-                if hit:
-                    return hit
-        return None
-
-    for _, func in mod.functions.items():
-        if isinstance(func, tirx.PrimFunc):
-            hit = walk(func.body, (1, 1, 1))
-            if hit:
-                return hit
-    return None
 
 
 def thread_bounds_message(hit: tuple[str, int, int, int]) -> str:

@@ -59,7 +59,16 @@ def as_target(target: Any) -> Any:
     return tvm.target.Target(target)
 
 
-def target_postprocs(mod: Any, target: Any) -> list:
+class Postprocs(list):
+    """A target's post-processors (a list, in tuning order) and that target: VerifyGPUCode keeps its target to itself,
+    and ``run_postprocs`` needs it to say why VerifyGPUCode refused a schedule."""
+
+    def __init__(self, procs: Any, target: Any):
+        super().__init__(procs)
+        self.target = target
+
+
+def target_postprocs(mod: Any, target: Any) -> Postprocs:
     """The target's post-processors, in tuning order, initialised for ``mod`` (an IRModule)."""
     from tvm.s_tir import meta_schedule as ms
 
@@ -68,7 +77,7 @@ def target_postprocs(mod: Any, target: Any) -> list:
     procs = ms.postproc.Postproc.create(rule_kind(tgt))
     for p in procs:
         p._initialize_with_tune_context(ctx)
-    return procs
+    return Postprocs(procs, tgt)
 
 
 def split_postproc(trace_json: list) -> tuple[list, list | None]:
@@ -88,12 +97,15 @@ def needs_tensor_intrinsics(trace_json: list) -> bool:
 
 
 class PostprocRejected(Exception):
-    """A post-processor returned False (it rejects the schedule) or raised; ``name`` says which."""
+    """A post-processor returned False (it rejects the schedule; ``why``, where known, says what it refused) or raised
+    (``reason``, the error's text); ``name`` says which."""
 
-    def __init__(self, name: str, reason: str = ""):
-        super().__init__(f"post-processor {name} " + (f"failed: {reason}" if reason else "rejects the schedule"))
+    def __init__(self, name: str, reason: str = "", why: str = ""):
+        super().__init__(f"post-processor {name} " + (f"failed: {reason}" if reason else "rejects the schedule"
+                                                      + (f": {why}" if why else "")))
         self.name = name
         self.reason = reason
+        self.why = why
 
 
 # The root-block annotations RewriteParallelVectorizeUnroll consumes.  TVM 0.27 (its ParseAnnotation) reads each
@@ -134,8 +146,22 @@ def check_root_annotations(sch: Any) -> None:
                                        f"{gv.name_hint}: {why}")
 
 
+def refusal_why(name: str, sch: Any, target: Any) -> str:
+    """What post-processor ``name`` refused in ``sch`` (as it saw it) where that can be said (VerifyGPUCode on a
+    known target: ``tvmx.verify_gpu``), else ""; never raises (the refusal stands without it)."""
+    if name != "VerifyGPUCode" or target is None:
+        return ""
+    from little_dragon.tvmx.verify_gpu import verify_gpu_code_why
+
+    try:
+        return verify_gpu_code_why(sch.mod, target)
+    except Exception:  # noqa: BLE001 - an explanation that fails leaves the refusal as TVM gave it
+        return ""
+
+
 def run_postprocs(sch: Any, procs: list) -> None:
-    """``enter_postproc()`` and each post-processor once, in order; raises PostprocRejected."""
+    """``enter_postproc()`` and each post-processor once, in order; raises PostprocRejected (with why VerifyGPUCode
+    refused, where ``procs`` is ``target_postprocs``'s and so knows its target)."""
     sch.enter_postproc()
     for p in procs:
         name = type(p).__name__
@@ -147,4 +173,4 @@ def run_postprocs(sch: Any, procs: list) -> None:
             lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
             raise PostprocRejected(name, f"{type(e).__name__}: {lines[-1] if lines else ''}"[:500]) from None
         if not ok:
-            raise PostprocRejected(name)
+            raise PostprocRejected(name, why=refusal_why(name, sch, getattr(procs, "target", None)))
