@@ -5,16 +5,8 @@ from typing import Any
 
 from little_dragon.codec.errors import ApplyError
 from little_dragon.codec.script import decode_with_lines
+from little_dragon.tvmx.errors import tvm_error_reason
 from little_dragon.tvmx.schedule import schedule_from, snapshot
-
-
-def _reason(e: BaseException) -> str:
-    """The last meaningful line of a TVM error (its C++ backtrace is noise here)."""
-    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if not ln.startswith(("File ", "at ", "[bt]", "Stack trace", "#")):
-            return f"{type(e).__name__}: {ln}"[:500]
-    return type(e).__name__
 
 
 def _apply_prefix(trace_json: list, n: int, sch: Any) -> None:
@@ -37,14 +29,14 @@ def apply_json(trace_json: list, sch: Any, lines: list[int] | None = None, text:
     except Exception as e:  # noqa: BLE001 - TVM raises several error types; all become ApplyError
         whole = e
     lo, hi = 0, len(trace_json[0])  # prefix of lo applies, prefix of hi fails
-    reason = _reason(whole)
+    reason = tvm_error_reason(whole)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         try:
             _apply_prefix(trace_json, mid, schedule_from(before, debug_mask=0))
             lo = mid
         except Exception as e:  # noqa: BLE001
-            hi, reason = mid, _reason(e)
+            hi, reason = mid, tvm_error_reason(e)
     index = hi - 1
     line = lines[index] if lines else index + 1
     script_lines = text.splitlines()

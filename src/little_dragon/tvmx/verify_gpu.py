@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from little_dragon.tvmx.errors import tvm_error_reason
+
 LOW, HIGH = "meta_schedule.thread_extent_low_inclusive", "meta_schedule.thread_extent_high_inclusive"
 WARP_EXECUTION = "warp_execution"
 # VerifyGPUCode's limits on the lowered code (its ``target_constraints_``): the target's, or these constants
@@ -138,8 +140,7 @@ def verify_gpu_code_why(mod: Any, target: Any) -> str:
         try:
             low = lowered(func, target, name)
         except Exception as e:  # noqa: BLE001 - VerifyGPUCode refuses a function whose lowering raises
-            lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
-            return f"lowering: {type(e).__name__}: {lines[-1] if lines else ''}"[:300]
+            return f"lowering: {tvm_error_reason(e, 290)}"
         over = [f"{LIMIT_NAMES[key].format(used=least_limit(low, key, limit))} in {name}, over the limit of {limit}"
                 for key, limit in limits.items() if not verify_gpu_code(low, {key: limit})]
         if over:  # every limit it is over (VerifyGPUCode checks them all at once)
