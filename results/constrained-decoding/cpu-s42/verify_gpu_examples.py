@@ -28,12 +28,14 @@ from little_dragon.generation.shared_memory import gives_pipeline, shared_memory
 PIPELINE = re.compile(r"ann l\d+ (stage|order|async) ")
 
 
-def main() -> None:
-    arms = json.load(open("results/constrained-decoding/h100-s42/ab_call4.json"))["ab"]["arms"]
+def main(files: tuple[str, ...] = ("results/constrained-decoding/h100-s42/ab_call4.json",)) -> None:
+    """Trace the stored VerifyGPUCode examples of every arm of the A/B outputs ``files`` (session 43 passes its own;
+    a script without a software pipeline skips the pipeline's lines, a lowering that raises is printed)."""
+    arms = [a for f in files for a in json.load(open(f))["ab"]["arms"].values()]
     scripts = []
-    for name, arm in arms.items():
+    for arm in arms:
         for k, v in (arm.get("stats") or {}).get("retry_examples", {}).items():
-            if "VerifyGPUCode" in k:
+            if k.startswith("post:") and "VerifyGPUCode" in k:  # not [shared memory]'s own ("shared:")
                 scripts += [e.replace("~~~ taken back:\n", "") + "\n" for e in v if e not in scripts]
     scripts = list(dict.fromkeys(scripts))
     rows = [json.loads(line) for line in open(".devcarry/cudads/datasets/validation.jsonl") if line.strip()]
@@ -70,7 +72,7 @@ def main() -> None:
         # [shared memory] (``shared_memory.shared_memory_over``, off by default since session 40) at the pipeline's
         # `order` line: the lines up to it, replayed, lowered and measured as the rule measures them
         lines = s.splitlines(keepends=True)
-        at = next(i for i, x in enumerate(lines) if gives_pipeline(x) and " order " in x)
+        at = next((i for i, x in enumerate(lines) if gives_pipeline(x) and " order " in x), len(lines) - 1)
         sch = replay(wl.mod, codec.decode("".join(lines[:at + 1]), codec.SyntaxOnlyContext()))
         print(f"  [shared memory] at line {at + 1} `{lines[at].strip()}`: "
               f"{shared_memory_over(sch.sch.mod, tvm.target.Target(t))}")
@@ -85,7 +87,11 @@ def main() -> None:
                             ("as written", s)):
             sch = replay(wl.mod, codec.decode(text, codec.SyntaxOnlyContext()))
             func = next(iter(sch.sch.mod.functions.values()))
-            low = lowered(func, tvm.target.Target(t))
+            try:
+                low = lowered(func, tvm.target.Target(t))
+            except Exception as e:  # noqa: BLE001 - VerifyGPUCode's lowering raised: it refuses for that
+                print(f"  lowering {label}: {type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}")
+                continue
             print(f"  shared memory {label}: {shared_bytes(low)} bytes "
                   f"(the target's limit {t['max_shared_memory_per_block']})")
             # VerifyGPUCode's other limits (src/s_tir/meta_schedule/postproc/verify_gpu_code.cc), each alone
