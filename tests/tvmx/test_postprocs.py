@@ -91,3 +91,26 @@ def test_a_root_annotation_tvm_would_loop_on_is_rejected_at_once():
         assert not applied, script
         assert "RewriteParallelVectorizeUnroll" in error and "non-negative integer" in error, (script, error)
     assert ok[0], ok[1]
+
+
+def test_a_post_processor_that_raises_is_named_with_its_error_line_not_the_backtrace():
+    """A TVM error's text can end in its C++ backtrace: the refusal carries the error's own line (as the codec's
+    apply errors do, ``tvmx.errors``), with the post-processor's name."""
+    import tvm
+    from tvm import te
+
+    from little_dragon.tvmx.postprocs import PostprocRejected, run_postprocs
+
+    a = te.placeholder((8,), name="A")
+    b = te.compute((8,), lambda i: a[i] + 1, name="B")
+    sch = tvm.s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([a, b])}))
+
+    class RaisingPostproc:
+        def apply(self, sch):
+            raise RuntimeError("Check failed: the useful line\nStack trace:\n  File \"x.cc\", line 1\n  [bt] (0) f")
+
+    with pytest.raises(PostprocRejected) as e:
+        run_postprocs(sch, [RaisingPostproc()])
+    assert e.value.name == "RaisingPostproc"
+    assert e.value.reason == "RuntimeError: Check failed: the useful line", e.value.reason
+    assert str(e.value) == "post-processor RaisingPostproc failed: RuntimeError: Check failed: the useful line"

@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from little_dragon.tvmx.errors import tvm_error_reason
+
 POSTPROC_MARKER = "EnterPostproc"
 
 
@@ -170,7 +172,6 @@ def run_postprocs(sch: Any, procs: list) -> None:
         try:
             ok = p.apply(sch)
         except Exception as e:  # noqa: BLE001  TVM raises several error types
-            lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
-            raise PostprocRejected(name, f"{type(e).__name__}: {lines[-1] if lines else ''}"[:500]) from None
+            raise PostprocRejected(name, tvm_error_reason(e)) from None
         if not ok:
             raise PostprocRejected(name, why=refusal_why(name, sch, getattr(procs, "target", None)))
