@@ -545,7 +545,9 @@ def _knob(mode: str) -> tuple[str, Any]:
     when they start (TENSOR_INTRINSICS_AT_START False: before session 39).  +shared / +noshared: a software pipeline
     over the target's shared memory refused at its `order` line, or found at `post *` only
     (schedule_worker.SHARED_MEMORY_RULE True / False; True in session 39, False by default since session 40).
-    +droppipe (with +shared): a pipeline over the shared memory taken back alone, the tiling kept (DROP_PIPELINE)."""
+    +droppipe (with +shared): a pipeline over the shared memory taken back alone, the tiling kept (DROP_PIPELINE).
+    +nopipebody: the software pipeline's keys on any loop, not only on one whose body is a sequence
+    (PIPELINE_BODY_RULE False: before session 44)."""
     fixed = {"bg": ("BACKGROUND", True), "fg": ("BACKGROUND", False), "threads": ("COMPILE_THREADS", True),
              "inline": ("COMPILE_THREADS", False), "inprocess": ("ISOLATE_TVM", False),
              "checked": ("SAMPLE_FIRST", True), "masked": ("SAMPLE_FIRST", False),
@@ -556,7 +558,7 @@ def _knob(mode: str) -> tuple[str, Any]:
              "procprofile": ("PROFILE_PROCESSES", True), "nohalfbound": ("HALF_BOUND_RULE", False),
              "noouterbx": ("OUTERMOST_BLOCK_IDX", False), "nointrinsics": ("TENSOR_INTRINSICS_AT_START", False),
              "shared": ("SHARED_MEMORY_RULE", True), "noshared": ("SHARED_MEMORY_RULE", False),
-             "droppipe": ("DROP_PIPELINE", True)}
+             "droppipe": ("DROP_PIPELINE", True), "nopipebody": ("PIPELINE_BODY_RULE", False)}
     if mode in fixed:
         return fixed[mode]
     if re.fullmatch(r"process\d*", mode):
@@ -572,7 +574,7 @@ def _knob(mode: str) -> tuple[str, Any]:
     if re.fullmatch(r"row\d+", mode):
         return "ROW_ATTEMPTS", int(mode[len("row"):])
     raise SystemExit(f"unknown arm mode +{mode} (bg, fg, threads, inline, inprocess, checked, masked, noredraw, norefill, "
-                     "nothreadfactors, noannmove, nobindfused, byprompt, procprofile, nohalfbound, noouterbx, nointrinsics, shared, noshared, droppipe, eager, lazy, masksapart, processN, niceN, keepN, endworkersN, rowN, waitN, "
+                     "nothreadfactors, noannmove, nobindfused, byprompt, procprofile, nohalfbound, noouterbx, nointrinsics, shared, noshared, droppipe, nopipebody, eager, lazy, masksapart, processN, niceN, keepN, endworkersN, rowN, waitN, "
                      "retriesN, backN, shared_prefix)")
 
 

@@ -66,6 +66,13 @@ class ScheduleState:
     # (``constrained.DROP_PIPELINE``): not the schedule's, the attempt's own (``ScriptConstraint._state``); their pipeline
     # keys are masked (``grammar_line._annotate_loop_rules``)
     loop_unpipelined: frozenset[int] = frozenset()
+    # [pipeline body] live loops whose body (inside a block realize, where one is its whole body) is not a sequence of
+    # statements: TVM lowers no software pipeline there (InjectSoftwarePipeline: "The body of the software pipeline
+    # should be SeqStmt"), so their pipeline keys are masked (``grammar_line._annotate_loop_rules``; off:
+    # ``constrained.PIPELINE_BODY_RULE``).  MetaSchedule pipelines the loop it cached both inputs at: a sequence of the
+    # two copies and the compute.  Session 44's H100 A/B: 10 of the 18 VerifyGPUCode refusals at `post *` were that
+    # lowering error, each taking back the ~30 lines from the tiling's first `tile` line
+    loop_unsequenced: frozenset[int] = frozenset()
     # live loop -> the live loop variables naming its only child loop (its body is that loop): what `fuse` may
     # join it with (TVM's Fuse: each loop the parent of the next, its body exactly that loop)
     loop_child: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
@@ -276,9 +283,10 @@ def state_of(sch: Any, rvs: Any = None, dead: set[int] | None = None) -> Schedul
                              for k, ms in scoped.items()}
             st.reverse_compute_at = {k: tuple(m for m in ms if all_under(k, m, producers)) for k, ms in scoped.items()}
     if loop_vars:
-        kinds, child, pinned, nested, bound, rfactor, top, mixed = _loop_facts(sch)
+        kinds, child, pinned, nested, bound, rfactor, top, mixed, unsequenced = _loop_facts(sch)
         st.loop_iters = {k: kinds.get(h, "S") for k, h in loop_vars.items()}
         st.loop_mixed = frozenset(k for k, h in loop_vars.items() if h in mixed)
+        st.loop_unsequenced = frozenset(k for k, h in loop_vars.items() if h in unsequenced)
         st.loop_top = frozenset(k for k, h in loop_vars.items() if h in top)
         named: dict[int, list[int]] = {}  # loop variable handle -> the live script variables naming that loop
         for k, h in loop_vars.items():
@@ -320,8 +328,8 @@ def _compute_at_loops(sch: Any, block_rvs: dict[int, Any], loop_rvs: dict[int, A
 
 
 def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dict[int, frozenset[str]], dict, dict,
-                                   set[int], set[int]]:
-    """Eight facts of the loops of the scheduled function, by loop variable handle, from one walk of the IR:
+                                   set[int], set[int], set[int]]:
+    """Nine facts of the loops of the scheduled function, by loop variable handle, from one walk of the IR:
 
     - "R"/"X" for the loops that some block iter other than a data-parallel one uses in its binding (absent:
       "S").  TVM's ``CheckParallelizability`` visits every block realize under the loop that has a schedule sref
@@ -334,7 +342,9 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
     - the bound loops: (thread axis, loop variable name, extent);
     - the loops TVM's RFactor may take, each with its block's write buffer's dimension count (``_rfactor_loops``);
     - the loops directly under a function's root block (no loop above them, inside no block but the root);
-    - the loops that one block uses for both a data-parallel iter and a reduction iter (a `fuse` of the two)."""
+    - the loops that one block uses for both a data-parallel iter and a reduction iter (a `fuse` of the two);
+    - the loops whose body, inside the block realize that is its whole body if one is, is no ``SeqStmt`` (where
+      InjectSoftwarePipeline looks for the pipeline's stages)."""
     from tvm.s_tir import SBlockRealize
     from tvm.tirx import For, IfThenElse, SeqStmt, Stmt, analysis
 
@@ -356,12 +366,16 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
     tree_of: dict[int, int] = {}  # loop -> the outermost loop enclosing it (itself at the top): its kernel, on a GPU
     tree_bound: dict[int, set[tuple[str, int | None]]] = {}  # outermost loop -> (axis, extent) of the bound loops in it
     top: set[int] = set()  # the loops right under a root block (inside the root's realize ``scope`` is two long)
+    unsequenced: set[int] = set()
 
     def visit(stmt: Any) -> None:
         if isinstance(stmt, For):
             h = hash(stmt.loop_var)
             if isinstance(stmt.body, For):
                 child[h] = hash(stmt.body.loop_var)
+            inner = stmt.body.block.body if isinstance(stmt.body, SBlockRealize) else stmt.body
+            if not isinstance(inner, SeqStmt):
+                unsequenced.add(h)
             axis = stmt.thread_binding.thread_tag if stmt.thread_binding is not None else None
             extent = _int(stmt.extent)
             if len(stmt.annotations) or axis is not None:
@@ -447,7 +461,7 @@ def _loop_facts(sch: Any) -> tuple[dict[int, str], dict[int, int], set[int], dic
         clash = {a for a, e in tree_bound.get(tree_of[h], ()) if e is not None and extent is not None and e != extent}
         if clash:
             nested[h] = nested.get(h, frozenset()) | clash
-    return kinds, child, pinned, nested, bound, _rfactor_loops(reductions, blocks_under), top, mixed
+    return kinds, child, pinned, nested, bound, _rfactor_loops(reductions, blocks_under), top, mixed, unsequenced
 
 
 def _rfactor_loops(reductions: list[tuple[Any, Any, list[Any]]], blocks_under: dict[int, list[Any]]) -> dict[int, int]:
@@ -521,7 +535,7 @@ def nested_thread_bindings(sch: Any) -> list[str]:
     around the model's ``blockIdx.x`` loop; of session 17: 1, sibling loops at threadIdx.x 64 and 16); equal extents
     are one thread index, which only a virtual thread nested in itself misuses (session 24), unless both loops are of
     extent 1 (one iteration either way)."""
-    _, _, _, nested, bound, _, _, _ = _loop_facts(sch)
+    _, _, _, nested, bound, _, _, _, _ = _loop_facts(sch)
     return [f"loop {name} (extent {extent}) is bound to {axis}, and so is another loop of its kernel at "
             + ("another extent" if not axis.startswith("vthread") else "this or another extent (a virtual thread)")
             for h, (axis, name, extent) in bound.items() if axis in nested.get(h, ())]

@@ -523,6 +523,13 @@ BIND_FUSED = True
 # goes back (before session 37, and the bench's +nohalfbound).
 HALF_BOUND_RULE = True
 
+# [pipeline body] on GPU targets the software pipeline's keys (`ann l stage`, `order`, `async`) only on a loop whose body is a
+# sequence of statements, where TVM's InjectSoftwarePipeline lowers one (``ScheduleState.loop_unsequenced``); False: on
+# any loop, the lowering's ValueError found by the end check at `post *` (before session 44, and the bench's
+# +nopipebody).  Session 44's H100 A/B: 10 of its 18 VerifyGPUCode refusals at `post *` were that error, each a retry
+# back to the tiling's first `tile` line.
+PIPELINE_BODY_RULE = True
+
 # [outermost loop] on GPU targets a data-parallel loop with no loop above it is bound to blockIdx only
 # (``ScheduleState.loop_top``, ``grammar_line._parallel_rules``: `post *`'s RewriteUnboundBlock raises on a kernel whose
 # outermost loop is bound to a thread axis and none to blockIdx; session 38-39's H100 A/Bs: a quarter of the line
@@ -1192,6 +1199,8 @@ class ScriptConstraint:
             hit = dataclasses.replace(hit, half_bound="")
         if not OUTERMOST_BLOCK_IDX and hit.loop_top:
             hit = dataclasses.replace(hit, loop_top=frozenset())
+        if not PIPELINE_BODY_RULE and hit.loop_unsequenced:
+            hit = dataclasses.replace(hit, loop_unsequenced=frozenset())
         if self.unpipelined:  # [drop pipeline] this attempt's own: not the prefix's (cached for every attempt)
             hit = dataclasses.replace(hit, loop_unpipelined=frozenset(self.unpipelined))
         if not ANNOTATION_AND_MOVE_RULES:

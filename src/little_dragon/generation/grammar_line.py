@@ -524,12 +524,27 @@ def _annotate_loop_rules(state: ScheduleState) -> tuple[list[str], list[str]]:
     (a second list of every loop costs each line's compile, and only the lines after a pipeline's `ann` pay it then).
     Session 40's sealed run had an attempt write `ann l6 order [0 1 2]` four times (TVM overwrites it); no (loop, key)
     of the H200 harvest's 11,538 `Annotate` instructions is annotated twice.  [drop pipeline]: a loop whose pipeline the
-    attempt took back (``ScheduleState.loop_unpipelined``) takes none of ``shared_memory.LOOP_PIPELINE`` again."""
+    attempt took back (``ScheduleState.loop_unpipelined``) takes none of ``shared_memory.LOOP_PIPELINE`` again.
+    [pipeline body] Nor does a loop whose body is not a sequence (``ScheduleState.loop_unsequenced``): while no loop
+    carries a key, the others take them from a list of their own (``ANNLSEQ``, the loops MetaSchedule would pipeline:
+    a few), every loop the rest from `LREF`."""
     loop_keys = keys_at("loop", state.cpu)
-    carried = {k: state.annotations.get(f"l{k}", frozenset()) | (_UNPIPELINED if k in state.loop_unpipelined
-                                                                  else frozenset()) for k in sorted(state.loops)}
-    if not any(key in keys for keys in carried.values() for key in loop_keys):
-        return (["LREF ANNKEYL"], [f"ANNKEYL: {_key_terminal(loop_keys)}"]) if state.loops else ([], [])
+    own = {k: state.annotations.get(f"l{k}", frozenset()) | (_UNPIPELINED if k in state.loop_unpipelined
+                                                              else frozenset()) for k in sorted(state.loops)}
+    if not any(key in keys for keys in own.values() for key in loop_keys):
+        if not state.loops:
+            return [], []
+        piped = tuple(key for key in loop_keys if key in _UNPIPELINED)
+        if not state.loop_unsequenced or not piped:
+            return ["LREF ANNKEYL"], [f"ANNKEYL: {_key_terminal(loop_keys)}"]
+        alts = ["LREF ANNKEYL"]
+        rules = [f"ANNKEYL: {_key_terminal(tuple(key for key in loop_keys if key not in _UNPIPELINED))}"]
+        sequenced = [f"l{k}" for k in sorted(state.loops) if k not in state.loop_unsequenced]
+        if sequenced:
+            alts.append("ANNLSEQ ANNKEYLP")
+            rules += ["ANNLSEQ: " + _alts(sequenced), f"ANNKEYLP: {_key_terminal(piped)}"]
+        return alts, rules
+    carried = {k: keys | (_UNPIPELINED if k in state.loop_unsequenced else frozenset()) for k, keys in own.items()}
     groups: dict[tuple[str, ...], list[str]] = {}
     for k, keys in carried.items():
         left = tuple(key for key in loop_keys if key not in keys)
@@ -914,7 +929,7 @@ def state_key(state: ScheduleState | None) -> tuple | None:
             tuple(sorted(state.n_children.items())), tuple(sorted(state.n_producers.items())),
             tuple(sorted(state.n_consumers.items())), tuple(sorted(state.n_reads.items())),
             tuple(sorted(state.n_writes.items())), tuple(sorted(state.loop_iters.items())),
-            tuple(sorted(state.loop_mixed)), tuple(sorted(state.loop_unpipelined)),
+            tuple(sorted(state.loop_mixed)), tuple(sorted(state.loop_unpipelined)), tuple(sorted(state.loop_unsequenced)),
             tuple(sorted(state.loop_child.items())), tuple(sorted(state.loop_pinned)), tuple(sorted(state.loop_bound)),
             tuple(sorted(state.lookup_run)), tuple(sorted(state.loop_tiled)), tuple(sorted(state.block_relaid)),
             tuple(sorted(state.block_moved)), state.any_annotation,
