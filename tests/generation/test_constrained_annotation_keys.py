@@ -44,7 +44,8 @@ def test_the_places_cover_the_codecs_table():
 def test_an_unknown_key_and_a_block_key_on_a_loop_are_refused_though_tvm_applies_them(engine, smollm2):
     """After the real tiling annotation: `ann l<k> successivlycyclec []` (no key MetaSchedule writes) and
     `ann l<k> minthreads 32` (a block's key on a loop) are refused, TVM applies both; the loop's own keys
-    (`ann l<k> stage [0 0 2]`) and the block's keys it does not carry (`ann b<k> minthreads 32`) stay allowed."""
+    (`ann l<k> max_step 16`; the pipeline's `stage` on a loop whose body is a sequence: [pipeline body]) and the
+    block's keys it does not carry (`ann b<k> minthreads 32`) stay allowed."""
     checked = 0
     for mod, wl, head, k in _after_real_ann(2):
         head += f"loops b{k} {prefix_state(mod, head).n_loops_above[k]}\n"  # the block's loops, as the records do
@@ -54,7 +55,10 @@ def test_an_unknown_key_and_a_block_key_on_a_loop_are_refused_though_tvm_applies
                     f"ann b{k} onaversec 2\n"):
             assert not allowed_by_mask(engine, wl, smollm2, head + bad), bad
             assert tvm_accepts(mod, head + bad), f"TVM applies {bad!r}: the rule is the constraint's"
-        for good in (f"ann l{loop} stage [0 0 2]\n", f"ann b{k} minthreads 32\n", f"ann b{k} fetch cat lanes = 1\n"):
+        sequences = sorted(set(st.loops) - st.loop_unsequenced)
+        piped = (f"ann l{sequences[0]} stage [0 0 2]\n",) if sequences else ()
+        for good in (f"ann l{loop} max_step 16\n", f"ann b{k} minthreads 32\n", f"ann b{k} fetch cat lanes = 1\n",
+                     *piped):
             assert allowed_by_mask(engine, wl, smollm2, head + good), good
         checked += 1
     assert checked == 2
@@ -133,7 +137,8 @@ def test_a_loop_is_not_annotated_again_with_a_key_it_carries(engine, smollm2):
     """After the committed SIMT record's real `ann l<k> stage ..` and `ann l<k> order ..`: the state has both keys on
     the loop, and `ann l<k> order ..` again (TVM overwrites it; session 40's sealed attempt wrote it four times) is
     refused in every form the decoder reads the key in; the key the loop does not carry yet (`async`, the record's next
-    line) and another loop's `order` stay allowed.  Before the first loop key, every loop takes every loop key."""
+    line) and another loop's `order` stay allowed (one whose body is a sequence: [pipeline body]).  Before the first
+    loop key, every such loop takes every loop key."""
     from little_dragon.generation.grammar_line import key_forms
 
     prefixes = list(real_prefixes(DATA / "real_cuda_simt_db", ("ann l",), 3))
@@ -142,7 +147,7 @@ def test_a_loop_is_not_annotated_again_with_a_key_it_carries(engine, smollm2):
     k = int(line.split()[1][1:])
     st = prefix_state(mod, head)
     assert {"software_pipeline_stage", "software_pipeline_order"} <= st.annotations[f"l{k}"]
-    other = max(set(st.loops) - {k})
+    other = max(set(st.loops) - {k} - st.loop_unsequenced)
     for form in key_forms("software_pipeline_order"):
         again = head + f"ann l{k} {form} [0 1 2]\n"
         assert not allowed_by_mask(engine, wl, smollm2, again), again
