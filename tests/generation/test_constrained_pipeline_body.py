@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 from dragon_testkit import CODEC_DATA as DATA
-from dragon_testkit import allowed_by_mask, end_check, model_script_lines, real_records, tvm_accepts
+from dragon_testkit import allowed_by_mask, end_check, model_script_lines, prefix_state, real_records, tvm_accepts
 
 # record 0 of real_cuda_simt_db (measured by MetaSchedule): a matmul whose caches of A and B are computed at l13, the
 # reduction's outer loop, `fuse l13` naming it l33, then pipelined in three stages; l14, the next reduction loop, holds
@@ -34,19 +34,12 @@ def _text(lines: list[str]) -> str:
     return "".join(x + "\n" for x in lines)
 
 
-def _state(mod, wl, text: str):
-    from little_dragon import codec
-    from little_dragon.generation.schedule_worker import prefix_facts
-
-    return prefix_facts(mod, text, codec.decode(text, codec.SyntaxOnlyContext()), wl.key)
-
-
 def test_the_pipelined_loop_is_a_sequence_and_the_compute_loop_is_not(record):
     """At the record's `stage` line l33 (the two copies and the compute) is a sequence, l14 (the compute's nest under
     it) is not; the pipeline on l14 applies in TVM and is refused by its lowering at `post *`, the record's passes."""
     mod, target, wl, lines = record
     head = lines[:lines.index(PIPELINE[0])]
-    st = _state(mod, wl, _text(head))
+    st = prefix_state(mod, _text(head))
     assert 33 not in st.loop_unsequenced and 14 in st.loop_unsequenced, sorted(st.loop_unsequenced)
     assert set(st.loops) - st.loop_unsequenced == {18, 21, 28, 33}  # the thread loop, two copies' outer loops, l33
     moved = [ln.replace("ann l33 ", "ann l14 ") for ln in lines]
